@@ -107,7 +107,24 @@ class VllmEngineConfig(_EngineBase):
     enforce_eager: bool = False
     """Disable CUDA graphs / compilation (faster start, slower steps)."""
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Extra keyword arguments for ``vllm.LLM``."""
+    """Extra keyword arguments for ``vllm.LLM`` (e.g. ``max_num_seqs``,
+    ``quantization``); they override the fields above."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables set in the actor process before vLLM starts, e.g.
+    ``{VLLM_CPU_KVCACHE_SPACE: "4"}`` on CPU. ``HF_HUB_OFFLINE=1`` is set unless
+    given here."""
+
+    @model_validator(mode="after")
+    def _check_gpus(self) -> VllmEngineConfig:
+        gpus = self.pool.num_gpus
+        if gpus and gpus < self.tensor_parallel_size:
+            msg = (
+                f"pool.num_gpus ({gpus:g}) is smaller than tensor_parallel_size "
+                f"({self.tensor_parallel_size}); one engine needs "
+                "tensor_parallel_size GPUs, so set pool.num_gpus to it"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class EmbeddedEngineConfig(_EngineBase):

@@ -1,4 +1,4 @@
-"""The protocol of a system under test (SUT): question in, answer and ranked docs out."""
+"""The protocol of a system under test (SUT): question in, answer and ranked docs."""
 
 from __future__ import annotations
 

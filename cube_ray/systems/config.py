@@ -22,7 +22,7 @@ class _SystemBase(StrictModel):
     """``rag`` or ``rag@<variant>``; unique within a run."""
     k: int = Field(8, ge=1)
     """Retrieval depth: rank scores are ``k + 2 - rank``; recall@k."""
-    pool: PoolConfig = Field(default_factory=PoolConfig)
+    pool: PoolConfig = Field(default_factory=lambda: PoolConfig.model_validate({}))
     """Actor pool of this system's stage."""
 
     @field_validator("name")
@@ -35,8 +35,10 @@ class _SystemBase(StrictModel):
 
 
 class QaFileSystemConfig(_SystemBase):
-    """Answers collected elsewhere: a file with question_id (or question), answer
-    and retrieved doc ids."""
+    """Answers collected elsewhere.
+
+    A file with question_id (or question), answer and retrieved doc ids.
+    """
 
     kind: Literal["qa_file"] = "qa_file"
     path: str
@@ -52,44 +54,76 @@ class QaFileSystemConfig(_SystemBase):
 
 
 class BuiltinRagSystemConfig(_SystemBase):
-    """cube_ray's reference RAG: BM25 (+ optional dense, RRF) over the corpus,
-    answered by the generator engine with the bounds' answer prompt."""
+    """cube_ray's reference RAG.
+
+    BM25 (+ optional dense, RRF) over the corpus, answered by the generator
+    engine with the bounds' answer prompt.
+    """
 
     kind: Literal["builtin_rag"] = "builtin_rag"
     retriever: Literal["bm25", "dense", "hybrid"] = "bm25"
-    """Retrieval method."""
+    """Retrieval method (``dense`` and ``hybrid`` are not available yet)."""
     language: Literal["auto", "zh", "en"] = "auto"
-    """Tokenisation: jieba for Chinese, a stemmer-free word split for English."""
+    """Tokenisation: jieba for Chinese, a word split with English stopwords for
+    English; ``auto`` decides from a sample of the corpus."""
+    k1: float = Field(1.5, gt=0)
+    """BM25 term-frequency saturation."""
+    b: float = Field(0.75, ge=0, le=1)
+    """BM25 document-length normalisation."""
     embedding_model: str | None = None
     """Local embedding model directory for dense/hybrid retrieval."""
     rrf_k: int = Field(60, ge=1)
     """Reciprocal-rank-fusion constant for hybrid retrieval."""
+    index_dir: str | None = None
+    """Where indexes are kept (one sub-directory per corpus and settings);
+    default: ``index/`` beside the run's ``documents/``."""
+    max_reference_chars: int | None = Field(None, ge=1)
+    """Cut each retrieved document to this many characters in the answer prompt
+    (for small context windows); default: whole documents, as the full bound."""
 
 
 class HttpSystemConfig(_SystemBase):
-    """A deployed RAG service reached over HTTP."""
+    """A deployed RAG service reached over HTTP.
+
+    A ``preset`` fills in body and response paths; fields set here override it.
+    """
 
     kind: Literal["http"] = "http"
     preset: Literal["custom", "ragflow", "openai_chat"] = "custom"
-    """Request/response layout; ``custom`` uses the fields below."""
+    """Request/response layout: ``ragflow`` (RAGFlow chat completions API),
+    ``openai_chat`` (OpenAI-compatible chat endpoint returning references) or
+    ``custom`` (body and paths below)."""
     url: str
-    """Endpoint URL."""
+    """Endpoint URL; ``${ENV_NAME}`` is replaced from the environment."""
     method: Literal["POST", "GET"] = "POST"
-    """HTTP method."""
+    """HTTP method (GET sends the body's top-level values as query parameters)."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Headers; ``${ENV_NAME}`` is replaced from the environment (secrets)."""
-    body: dict[str, Any] = Field(default_factory=dict)
-    """JSON body template; the string ``"{question}"`` is replaced by the question."""
-    answer_path: str = "answer"
-    """Dotted path to the answer in the JSON response."""
-    retrieved_path: str = "retrieved_doc_ids"
-    """Dotted path to the ranked doc ids (``a.b[].id`` maps over a list)."""
+    body: dict[str, Any] | None = None
+    """JSON body template; ``{question}`` and ``{question_id}`` inside strings are
+    replaced. Default: the preset's body (custom: ``{"question": "{question}",
+    "question_id": "{question_id}"}``); with a named preset, a body given here is
+    merged over the preset's at the top level; with ``custom`` it replaces it."""
+    answer_path: str | None = None
+    """Dotted path to the answer in the JSON response (``choices[0].message``);
+    default: the preset's (custom: ``answer``)."""
+    retrieved_path: str | None = None
+    """Dotted path to the ranked doc ids; ``a.b[].id`` maps over a list; default:
+    the preset's (custom: ``retrieved_doc_ids``)."""
+    id_pattern: str | None = None
+    """Regular expression applied to each returned id; its first group (or the
+    whole match) is the doc id, e.g. ``^(.*)\\.txt$`` for files named by doc id.
+    Ids that do not match are kept as they are."""
     max_concurrency: int = Field(8, ge=1)
     """Requests in flight per actor."""
     timeout_s: float = Field(120.0, gt=0)
     """Per-request timeout."""
     max_retries: int = Field(3, ge=0)
-    """Retries on 429/5xx/timeouts."""
+    """Retries on 429/5xx, timeouts and connection errors."""
+    backoff_base_s: float = Field(0.5, ge=0)
+    """First backoff; doubles each retry, with jitter; ``Retry-After`` wins."""
+    backoff_max_s: float = Field(30.0, ge=0)
+    """Cap on one backoff wait (also on ``Retry-After``)."""
 
 
 SystemConfig = Annotated[

@@ -1,0 +1,772 @@
+"""``summarize``: the whole CuBE aggregation of answers + scores into summary.json."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from cube_ray import schema
+from cube_ray.aggregate._math import (
+    COUNT,
+    FALLBACK,
+    MEAN,
+    N_QUESTIONS,
+    N_RETRIEVED,
+    RANK_SCORE,
+    RECALL,
+    SD,
+    TRIMMED_MEAN,
+    WEIGHT,
+    N,
+    R,
+    cross_judge,
+    normalise,
+    pearson,
+    pearson_weights,
+    rank_scores,
+    recall_at_k,
+    trimmed_means,
+)
+from cube_ray.aggregate._options import AggregateOptions, WeightsError
+from cube_ray.errors import ConfigError, InputError
+
+__all__ = ["DEGENERATE", "OUTSIDE", "WEIGHTED", "summarize"]
+
+WEIGHTED = "weighted"
+"""Figure name of the weighted total, beside the dimension names."""
+CUBE = "cube"
+DEGENERATE = "degenerate bounds"
+OUTSIDE = "outside bounds"
+MIN_SPAN = 1e-9
+
+_SET = "set"
+_VARIANT = "variant"
+_FIGURE = "figure"
+_STREAMING_ROWS = 2_000_000
+
+_ANSWER_COLUMNS = (schema.QUESTION_ID, schema.SYSTEM, schema.RANK)
+_SCORE_COLUMNS = (
+    schema.QUESTION_ID,
+    schema.SYSTEM,
+    schema.JUDGE,
+    schema.DIMENSION,
+    schema.SCORE,
+)
+
+
+def summarize(
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    *,
+    options: AggregateOptions,
+    sources: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Aggregate an answers and a scores table into the summary (summary.json).
+
+    Key columns (``question_id``, ``system``, ``judge``, ``dimension``,
+    ``status``) may be String, Categorical or Enum; ``question_id`` may also be
+    an integer. Categorical keys make very large studies faster. The tables
+    are expected to be validated already (see :mod:`cube_ray.tables`); this
+    function re-checks only what it can check cheaply. Question ids must be
+    unique per system (give bootstrap resamples fresh ids).
+
+    Args:
+        answers: Answers table (CUBE_METHOD.md section 9); ``rag`` rows need
+            ``rank``; ``retrieved_doc_ids`` is optional (only-document bonus).
+        scores: Scores table; a null ``score`` is a missing score.
+        options: k, trim, weights and bounds.
+        sources: Where the tables came from (``{"answers": path, "scores":
+            path}``), named in error messages.
+
+    Returns:
+        A JSON-ready dict (no NaN: undefined figures are None) with the keys
+        ``judges.<judge>.{weights, trimmed_means, normalized, recall_at_k, cube,
+        ...}``, ``across_judges.<system>.<figure>.{mean, sd, n}``, ``flags``,
+        ``notes``, ``parameters`` and ``counts``.
+
+    Raises:
+        InputError: The tables do not allow the aggregation.
+        ConfigError: The options do not fit the data (``WeightsError`` for
+            weights).
+
+    Examples:
+        Three questions, one judge, one dimension, no trimming. zero scores 2, 4,
+        6 (mean 4); full scores 8, 8, 8 (mean 8); the system retrieves the gold
+        document of the first two questions at ranks 1 and 2 and scores 7 and 6
+        there (mean 6.5). Normalised: 100 * (6.5 - 4) / (8 - 4) = 62.5;
+        recall@k = 2/3; CuBE = 62.5 * 2/3.
+
+        >>> answers = pl.DataFrame(
+        ...     {
+        ...         "question_id": ["q1", "q2", "q3"] * 3,
+        ...         "system": ["zero"] * 3 + ["full"] * 3 + ["rag"] * 3,
+        ...         "rank": [None] * 6 + [1, 2, 0],
+        ...     }
+        ... )
+        >>> scores = answers.select("question_id", "system").with_columns(
+        ...     judge=pl.lit("j"),
+        ...     dimension=pl.lit("relevance"),
+        ...     score=pl.Series([2.0, 4, 6, 8, 8, 8, 7, 6, 3]),
+        ...     status=pl.lit("ok"),
+        ... )
+        >>> out = summarize(answers, scores, options=AggregateOptions(trim=0.0))
+        >>> tm = out["judges"]["j"]["trimmed_means"]["rag"]
+        >>> [(s, v["relevance"], v["weighted"]) for s, v in tm.items()]
+        [('zero', 4.0, 4.0), ('full', 8.0, 8.0), ('rag', 6.5, 6.5)]
+        >>> out["judges"]["j"]["normalized"]["rag"]
+        {'relevance': 62.5, 'weighted': 62.5}
+        >>> out["judges"]["j"]["recall_at_k"]["rag"], out["judges"]["j"]["cube"]["rag"]
+        (0.6666666666666666, 41.666666666666664)
+    """
+    return _Aggregation(answers, scores, options, sources or {}).run()
+
+
+def _require(
+    frame: pl.DataFrame, columns: Sequence[str], table: str, source: str
+) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"the {table} table lacks column(s) {missing}; it has {frame.columns}. "
+            "Expected the columns of CUBE_METHOD.md section 9.",
+            path=source,
+            field=missing[0],
+        )
+
+
+def _strings(series: pl.Series) -> list[str]:
+    return [str(v) for v in series.cast(pl.String).to_list()]
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class _Aggregation:
+    """One run of :func:`summarize` (keeps the intermediate frames together)."""
+
+    def __init__(
+        self,
+        answers: pl.DataFrame,
+        scores: pl.DataFrame,
+        options: AggregateOptions,
+        sources: Mapping[str, str],
+    ) -> None:
+        self.a_src = sources.get("answers", "answers table")
+        self.s_src = sources.get("scores", "scores table")
+        _require(answers, _ANSWER_COLUMNS, "answers", self.a_src)
+        _require(scores, _SCORE_COLUMNS, "scores", self.s_src)
+        self.answers = answers
+        self.scores = scores
+        self.options = options
+        self.notes: list[str] = []
+        self.flags: list[dict[str, Any]] = []
+        self.engine: Any = (
+            "streaming" if scores.height > _STREAMING_ROWS else "in-memory"
+        )
+
+    # --- answers ---------------------------------------------------------
+    def _rag_answers(self) -> pl.DataFrame:
+        systems = _strings(self.answers.get_column(schema.SYSTEM).unique())
+        self.rag_systems = sorted(s for s in systems if schema.is_rag_system(s))
+        if not self.rag_systems:
+            raise InputError(
+                "the answers table has no system under test: systems"
+                f" {sorted(systems)}. Expected rows whose system is 'rag' or"
+                " 'rag@<variant>'.",
+                path=self.a_src,
+                field=schema.SYSTEM,
+            )
+        cols = [
+            c
+            for c in (*_ANSWER_COLUMNS, schema.RETRIEVED_DOC_IDS)
+            if c in self.answers.columns
+        ]
+        rag = (
+            self.answers.lazy()
+            .select(cols)
+            .filter(pl.col(schema.SYSTEM).cast(pl.String).is_in(self.rag_systems))
+        )
+        if schema.RETRIEVED_DOC_IDS not in self.answers.columns:
+            self.notes.append(
+                "answers have no retrieved_doc_ids column: no only-document bonus "
+                "was given to rank_score"
+            )
+        k = self._k()
+        bad = rag.filter(pl.col(schema.RANK).is_null()).head(1).collect()
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise InputError(
+                f"rag answer row without rank: question_id={row[schema.QUESTION_ID]!r},"
+                f" system={row[schema.SYSTEM]!r}. Expected the 1-based rank of the gold"
+                " document in retrieved_doc_ids, or 0 when it is absent.",
+                path=self.a_src,
+                field=schema.RANK,
+            )
+        ranked = rank_scores(rag, k=k).collect()
+        too_big = ranked.filter(
+            (pl.col(schema.RANK) < 0)
+            | (pl.col(RANK_SCORE) < 0)
+            | ((pl.col(schema.RANK) >= 1) & (pl.col(RANK_SCORE) < 2))
+        )
+        if too_big.height:
+            row = too_big.row(0, named=True)
+            system = str(row[schema.SYSTEM])
+            k_sys = k[system] if isinstance(k, Mapping) else k
+            raise InputError(
+                f"rank {row[schema.RANK]} of question_id={row[schema.QUESTION_ID]!r},"
+                f" system={system!r} is outside 0..k (k={k_sys}). Pass the retrieval"
+                " depth the system used (--k, per system as name=k).",
+                path=self.a_src,
+                field=schema.RANK,
+            )
+        dup = ranked.select(
+            pl.struct(schema.QUESTION_ID, schema.SYSTEM).is_duplicated().any()
+        ).item()
+        if dup:
+            row = ranked.filter(
+                pl.struct(schema.QUESTION_ID, schema.SYSTEM).is_duplicated()
+            ).row(0, named=True)
+            raise InputError(
+                f"duplicate answer rows for question_id={row[schema.QUESTION_ID]!r},"
+                f" system={row[schema.SYSTEM]!r}. Expected one answer per question and "
+                "system (resamples need fresh question ids).",
+                path=self.a_src,
+                field=schema.QUESTION_ID,
+            )
+        return ranked
+
+    def _k(self) -> int | dict[str, int]:
+        k = self.options.k
+        if isinstance(k, int):
+            return k
+        unknown = sorted(set(k) - set(self.rag_systems))
+        missing = sorted(set(self.rag_systems) - set(k))
+        if unknown or missing:
+            raise ConfigError(
+                f"k is given per system but does not match the systems under test"
+                f" {self.rag_systems}: unknown {unknown}, missing {missing}. Give one"
+                " k per system, or a single k for all."
+            )
+        return dict(k)
+
+    # --- the heavy passes over the score rows ------------------------------
+    def _passes(self, ranked: pl.DataFrame) -> None:
+        opts = self.options
+        sc_schema = self.scores.schema
+        cols = [*_SCORE_COLUMNS]
+        has_status = schema.STATUS in sc_schema
+        if has_status:
+            cols.append(schema.STATUS)
+        sc = (
+            self.scores.lazy()
+            .select(cols)
+            .with_columns(pl.col(schema.SCORE).cast(pl.Float64))
+        )
+        if not has_status:
+            sc = sc.with_columns(pl.lit("missing").alias(schema.STATUS))
+        try:
+            keys = (
+                ranked.lazy()
+                .select(
+                    pl.col(schema.QUESTION_ID).cast(sc_schema[schema.QUESTION_ID]),
+                    pl.col(schema.SYSTEM).cast(sc_schema[schema.SYSTEM]),
+                    pl.col(RANK_SCORE),
+                )
+                .collect()
+            )
+        except pl.exceptions.PolarsError as exc:
+            raise InputError(
+                "the answers' question_id/system values do not fit the scores'"
+                f" column types ({sc_schema[schema.QUESTION_ID]},"
+                f" {sc_schema[schema.SYSTEM]}): {exc}. Give both tables the same"
+                " column types.",
+                path=self.a_src,
+                field=schema.SYSTEM,
+            ) from None
+        rag_filter = pl.col(schema.SYSTEM).is_in(self.rag_systems)
+        by = [schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
+        h_all = sc.group_by([*by, schema.STATUS, schema.SCORE]).agg(
+            pl.len().alias(COUNT)
+        )
+        h_rag = (
+            sc.filter(rag_filter)
+            .join(keys.lazy(), on=[schema.QUESTION_ID, schema.SYSTEM], how="inner")
+            .group_by([*by, RANK_SCORE, schema.SCORE])
+            .agg(pl.len().alias(COUNT))
+        )
+        plans = [h_all, h_rag]
+        if opts.bounds_on == "paired":
+            hits = (
+                keys.lazy()
+                .filter(pl.col(RANK_SCORE) > 0)
+                .select(
+                    pl.col(schema.QUESTION_ID),
+                    pl.col(schema.SYSTEM).cast(pl.String).alias(_VARIANT),
+                )
+            )
+            h_pair = (
+                sc.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS))
+                .filter(pl.col(schema.SCORE).is_not_null())
+                .join(hits, on=schema.QUESTION_ID, how="inner")
+                .group_by([_VARIANT, *by, schema.SCORE])
+                .agg(pl.len().alias(COUNT))
+            )
+            plans.append(h_pair)
+        frames = pl.collect_all(plans, engine=self.engine)
+        to_str = [
+            pl.col(c).cast(pl.String)
+            for c in (*by, schema.STATUS)
+            if c in frames[0].columns
+        ]
+        self.h_all = frames[0].with_columns(to_str).sort(by)
+        self.h_rag = frames[1].with_columns(pl.col(c).cast(pl.String) for c in by)
+        self.h_pair = (
+            frames[2].with_columns(pl.col(c).cast(pl.String) for c in by)
+            if len(frames) > 2
+            else None
+        )
+        self.sc = sc
+        self.keys = keys
+
+    def _check_scores(self) -> None:
+        h = self.h_all
+        systems = _strings(h.get_column(schema.SYSTEM).unique(maintain_order=True))
+        for bound in schema.BOUND_SYSTEMS:
+            if bound not in systems:
+                raise InputError(
+                    f"the scores table has no rows of system {bound!r} (systems:"
+                    f" {systems}). Expected scores of the zero- and full-score bound"
+                    " answers: run the 'zero' and 'full' answer sets and judge them.",
+                    path=self.s_src,
+                    field=schema.SYSTEM,
+                )
+        odd = sorted(
+            s
+            for s in systems
+            if s not in schema.BOUND_SYSTEMS and not schema.is_rag_system(s)
+        )
+        if odd:
+            raise InputError(
+                f"unknown system {odd[0]!r} in the scores table. Expected 'zero',"
+                " 'full', 'rag' or 'rag@<variant>'.",
+                path=self.s_src,
+                field=schema.SYSTEM,
+            )
+        no_answers = sorted(
+            s for s in systems if schema.is_rag_system(s) and s not in self.rag_systems
+        )
+        if no_answers:
+            raise InputError(
+                f"the scores table has rows of system {no_answers[0]!r} but the answers"
+                " table has none. Give the answers of every scored system.",
+                path=self.s_src,
+                field=schema.SYSTEM,
+            )
+        out = h.filter(
+            pl.col(schema.SCORE).is_not_null()
+            & ~pl.col(schema.SCORE).is_between(0.0, 10.0)
+        )
+        if out.height:
+            value = out.get_column(schema.SCORE)[0]
+            row = (
+                self.sc.filter(
+                    (pl.col(schema.SCORE) == value) | pl.col(schema.SCORE).is_nan()
+                )
+                .head(1)
+                .collect()
+                .row(0, named=True)
+            )
+            raise InputError(
+                f"score {row[schema.SCORE]} outside 0..10 (question_id="
+                f"{row[schema.QUESTION_ID]!r}, system={row[schema.SYSTEM]!r}, judge="
+                f"{row[schema.JUDGE]!r}, dimension={row[schema.DIMENSION]!r}). Expected"
+                " a number from 0 to 10, or null for a missing score.",
+                path=self.s_src,
+                field=schema.SCORE,
+            )
+        n_rag_rows = h.filter(pl.col(schema.SYSTEM).is_in(self.rag_systems))[
+            COUNT
+        ].sum()
+        if n_rag_rows != self.h_rag[COUNT].sum():
+            row = (
+                self.sc.filter(pl.col(schema.SYSTEM).is_in(self.rag_systems))
+                .join(
+                    self.keys.lazy(),
+                    on=[schema.QUESTION_ID, schema.SYSTEM],
+                    how="anti",
+                )
+                .head(1)
+                .collect()
+                .row(0, named=True)
+            )
+            raise InputError(
+                f"score row without an answer row: question_id="
+                f"{row[schema.QUESTION_ID]!r}, system={row[schema.SYSTEM]!r}. Expected"
+                " every scored rag answer in the answers table.",
+                path=self.s_src,
+                field=schema.QUESTION_ID,
+            )
+        self.judges = _strings(h.get_column(schema.JUDGE).unique(maintain_order=True))
+        self.dimensions = _strings(
+            h.get_column(schema.DIMENSION).unique(maintain_order=True)
+        )
+
+    # --- weights ---------------------------------------------------------
+    def _grid(self) -> pl.DataFrame:
+        return (
+            pl.DataFrame({schema.JUDGE: self.judges})
+            .join(pl.DataFrame({schema.SYSTEM: self.rag_systems}), how="cross")
+            .join(pl.DataFrame({schema.DIMENSION: self.dimensions}), how="cross")
+        )
+
+    def _weights(self) -> pl.DataFrame:
+        by = [schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
+        corr = pearson(self.h_rag, by=by, x=RANK_SCORE, y=schema.SCORE, count=COUNT)
+        grid = (
+            self._grid()
+            .join(corr, on=by, how="left")
+            .with_columns(pl.col(N).fill_null(0))
+        )
+        spec = self.options.weights
+        if spec == "pearson":
+            weighted = pearson_weights(grid, by=[schema.JUDGE, schema.SYSTEM])
+            for row in (
+                weighted.filter(pl.col(FALLBACK))
+                .unique([schema.JUDGE, schema.SYSTEM], maintain_order=True)
+                .iter_rows(named=True)
+            ):
+                self.flags.append(
+                    {
+                        "flag": "equal-weight fallback",
+                        "judge": row[schema.JUDGE],
+                        "system": row[schema.SYSTEM],
+                        "reason": "every Pearson r_d is <= 0 or undefined",
+                    }
+                )
+            return weighted
+        if spec == "equal":
+            table = {d: 1.0 for d in self.dimensions}
+            fixed = {j: table for j in self.judges}
+        else:
+            fixed = self._fixed_weights(spec)
+        rows = [
+            {
+                schema.JUDGE: j,
+                schema.DIMENSION: d,
+                WEIGHT: fixed[j].get(d, 0.0) / sum(fixed[j].values()),
+            }
+            for j in self.judges
+            for d in self.dimensions
+        ]
+        return grid.join(
+            pl.DataFrame(rows), on=[schema.JUDGE, schema.DIMENSION], how="left"
+        ).with_columns(pl.lit(False).alias(FALLBACK))
+
+    def _fixed_weights(
+        self, spec: dict[str, float] | dict[str, dict[str, float]]
+    ) -> dict[str, dict[str, float]]:
+        per_judge = any(isinstance(v, dict) for v in spec.values())
+        if per_judge:
+            tables: dict[str, dict[str, float]] = {}
+            for judge, table in spec.items():
+                if judge not in self.judges:
+                    raise WeightsError(
+                        f"weights name judge {judge!r}, which has no scores (judges:"
+                        f" {self.judges}). Use the judges' names as keys.",
+                        key=judge,
+                    )
+                assert isinstance(table, dict)
+                tables[judge] = table
+            missing = [j for j in self.judges if j not in tables]
+            if missing:
+                raise WeightsError(
+                    f"weights are given per judge but not for judge {missing[0]!r}."
+                    " Give every judge a {dimension: weight} map, or give one map for"
+                    " all judges.",
+                    key=missing[0],
+                )
+        else:
+            flat = {
+                str(k): float(v) for k, v in spec.items() if not isinstance(v, dict)
+            }
+            tables = {j: flat for j in self.judges}
+        for judge, table in tables.items():
+            for dim in table:
+                if dim not in self.dimensions:
+                    raise WeightsError(
+                        f"weights name dimension {dim!r}"
+                        + (f" (judge {judge!r})" if per_judge else "")
+                        + f", which has no scores (dimensions: {self.dimensions}).",
+                        key=dim,
+                    )
+            left_out = [d for d in self.dimensions if d not in table]
+            note = f"fixed weights leave out {left_out}: weight 0" + (
+                f" (judge {judge})" if per_judge else ""
+            )
+            if left_out and note not in self.notes:
+                self.notes.append(note)
+        return tables
+
+    # --- trimmed means ---------------------------------------------------
+    def _trimmed(self) -> pl.DataFrame:
+        """One row per (judge, system, set, dimension): n and trimmed_mean."""
+        trim = self.options.trim
+        by = [schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
+        rag = trimmed_means(
+            self.h_rag.filter(pl.col(RANK_SCORE) > 0),
+            by=by,
+            trim=trim,
+            count=COUNT,
+        ).with_columns(pl.lit("rag").alias(_SET))
+        if self.h_pair is None:
+            bounds = trimmed_means(
+                self.h_all.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS)),
+                by=by,
+                trim=trim,
+                count=COUNT,
+            ).rename({schema.SYSTEM: _SET})
+            bounds = bounds.join(
+                pl.DataFrame({schema.SYSTEM: self.rag_systems}), how="cross"
+            )
+        else:
+            bounds = trimmed_means(
+                self.h_pair, by=[_VARIANT, *by], trim=trim, count=COUNT
+            ).rename({schema.SYSTEM: _SET, _VARIANT: schema.SYSTEM})
+        cols = [schema.JUDGE, schema.SYSTEM, _SET, schema.DIMENSION, N, TRIMMED_MEAN]
+        sets = pl.DataFrame({_SET: ["zero", "full", "rag"]})
+        grid = self._grid().join(sets, how="cross")
+        return grid.join(
+            pl.concat([rag.select(cols), bounds.select(cols)]),
+            on=[schema.JUDGE, schema.SYSTEM, _SET, schema.DIMENSION],
+            how="left",
+        ).with_columns(pl.col(N).fill_null(0))
+
+    # --- assembly --------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        ranked = self._rag_answers()
+        self._passes(ranked)
+        self._check_scores()
+        weights = self._weights()
+        trimmed = self._trimmed()
+        recall = recall_at_k(ranked.with_columns(pl.col(schema.SYSTEM).cast(pl.String)))
+
+        jsd = [schema.JUDGE, schema.SYSTEM, _SET]
+        w = weights.select(schema.JUDGE, schema.SYSTEM, schema.DIMENSION, WEIGHT)
+        totals = (
+            trimmed.join(w, on=[schema.JUDGE, schema.SYSTEM, schema.DIMENSION])
+            .group_by(jsd)
+            .agg(
+                pl.when(((pl.col(WEIGHT) > 0) & pl.col(TRIMMED_MEAN).is_null()).any())
+                .then(None)
+                .otherwise((pl.col(WEIGHT) * pl.col(TRIMMED_MEAN)).sum())
+                .alias(TRIMMED_MEAN)
+            )
+            .with_columns(pl.lit(WEIGHTED).alias(_FIGURE))
+        )
+        figures = pl.concat(
+            [
+                trimmed.select(
+                    *jsd, pl.col(schema.DIMENSION).alias(_FIGURE), TRIMMED_MEAN
+                ),
+                totals.select(*jsd, _FIGURE, TRIMMED_MEAN),
+            ]
+        )
+        wide = figures.pivot(
+            on=_SET, index=[schema.JUDGE, schema.SYSTEM, _FIGURE], values=TRIMMED_MEAN
+        )
+        for s in ("zero", "full", "rag"):
+            if s not in wide.columns:
+                wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(s))
+        z, f, r = pl.col("zero"), pl.col("full"), pl.col("rag")
+        norm = wide.with_columns(
+            normalise(r, z, f, min_span=MIN_SPAN).alias("normalized"),
+            pl.when(z.is_null() | f.is_null() | r.is_null())
+            .then(pl.lit("missing scores"))
+            .when((f - z) <= MIN_SPAN)
+            .then(pl.lit(DEGENERATE))
+            .otherwise(None)
+            .alias("reason"),
+        )
+        cube = (
+            norm.filter(pl.col(_FIGURE) == WEIGHTED)
+            .join(recall, on=schema.SYSTEM)
+            .with_columns((pl.col("normalized") * pl.col(RECALL)).alias(CUBE))
+        )
+        per_judge = pl.concat(
+            [
+                norm.select(schema.SYSTEM, _FIGURE, schema.JUDGE, "normalized"),
+                cube.select(
+                    schema.SYSTEM,
+                    pl.lit(CUBE).alias(_FIGURE),
+                    schema.JUDGE,
+                    pl.col(CUBE).alias("normalized"),
+                ),
+            ]
+        )
+        across = cross_judge(per_judge, by=[schema.SYSTEM, _FIGURE], value="normalized")
+        return self._assemble(weights, trimmed, figures, norm, cube, recall, across)
+
+    def _assemble(
+        self,
+        weights: pl.DataFrame,
+        trimmed: pl.DataFrame,
+        figures: pl.DataFrame,
+        norm: pl.DataFrame,
+        cube: pl.DataFrame,
+        recall: pl.DataFrame,
+        across: pl.DataFrame,
+    ) -> dict[str, Any]:
+        figure_names = [*self.dimensions, WEIGHTED]
+        judges: dict[str, dict[str, Any]] = {}
+        for j in self.judges:
+            judges[j] = {
+                "weights": {s: {} for s in self.rag_systems},
+                "weight_method": {},
+                "correlations": {s: {} for s in self.rag_systems},
+                "n_pairs": {s: {} for s in self.rag_systems},
+                "trimmed_means": {
+                    s: {"zero": {}, "full": {}, s: {}} for s in self.rag_systems
+                },
+                "n_scores": {
+                    s: {"zero": {}, "full": {}, s: {}} for s in self.rag_systems
+                },
+                "normalized": {s: {} for s in self.rag_systems},
+                "null_reasons": {},
+                "recall_at_k": {},
+                "cube": {},
+                "missing": {},
+            }
+        method = (
+            self.options.weights if isinstance(self.options.weights, str) else "fixed"
+        )
+        for row in weights.iter_rows(named=True):
+            jd = judges[row[schema.JUDGE]]
+            s, d = row[schema.SYSTEM], row[schema.DIMENSION]
+            jd["weights"][s][d] = _finite(row[WEIGHT])
+            if R in row:
+                jd["correlations"][s][d] = _finite(row[R])
+                jd["n_pairs"][s][d] = row[N]
+            jd["weight_method"][s] = (
+                "equal (fallback: every r_d <= 0 or undefined)"
+                if row[FALLBACK]
+                else method
+            )
+        for j in self.judges:
+            if self.options.weights != "pearson":
+                del judges[j]["correlations"], judges[j]["n_pairs"]
+        sorted_fig = {name: i for i, name in enumerate(figure_names)}
+        for row in sorted(
+            figures.iter_rows(named=True), key=lambda r: sorted_fig[r[_FIGURE]]
+        ):
+            s = row[schema.SYSTEM]
+            set_name = s if row[_SET] == "rag" else row[_SET]
+            judges[row[schema.JUDGE]]["trimmed_means"][s][set_name][row[_FIGURE]] = (
+                _finite(row[TRIMMED_MEAN])
+            )
+        for row in trimmed.iter_rows(named=True):
+            s = row[schema.SYSTEM]
+            set_name = s if row[_SET] == "rag" else row[_SET]
+            judges[row[schema.JUDGE]]["n_scores"][s][set_name][
+                row[schema.DIMENSION]
+            ] = row[N]
+        for row in sorted(
+            norm.iter_rows(named=True), key=lambda r: sorted_fig[r[_FIGURE]]
+        ):
+            jd = judges[row[schema.JUDGE]]
+            s, fig, value = row[schema.SYSTEM], row[_FIGURE], _finite(row["normalized"])
+            jd["normalized"][s][fig] = value
+            if row["reason"] is not None:
+                jd["null_reasons"].setdefault(s, {})[fig] = row["reason"]
+                self.flags.append(
+                    {
+                        "flag": row["reason"],
+                        "judge": row[schema.JUDGE],
+                        "system": s,
+                        "figure": f"normalized.{fig}",
+                    }
+                )
+            elif value is not None and not 0.0 <= value <= 100.0:
+                self.flags.append(
+                    {
+                        "flag": OUTSIDE,
+                        "judge": row[schema.JUDGE],
+                        "system": s,
+                        "figure": f"normalized.{fig}",
+                        "value": value,
+                    }
+                )
+        recall_map = {row[schema.SYSTEM]: row for row in recall.iter_rows(named=True)}
+        for j in self.judges:
+            for s in self.rag_systems:
+                judges[j]["recall_at_k"][s] = recall_map[s][RECALL]
+                judges[j]["cube"][s] = None
+        for row in cube.iter_rows(named=True):
+            judges[row[schema.JUDGE]]["cube"][row[schema.SYSTEM]] = _finite(row[CUBE])
+        missing = self.h_all.filter(pl.col(schema.SCORE).is_null())
+        for row in (
+            missing.group_by(
+                schema.JUDGE, schema.SYSTEM, schema.DIMENSION, schema.STATUS
+            )
+            .agg(pl.col(COUNT).sum())
+            .sort(pl.all())
+            .iter_rows(named=True)
+        ):
+            (
+                judges[row[schema.JUDGE]]["missing"]
+                .setdefault(row[schema.SYSTEM], {})
+                .setdefault(row[schema.DIMENSION], {})
+            )[row[schema.STATUS]] = row[COUNT]
+
+        across_out: dict[str, dict[str, Any]] = {s: {} for s in self.rag_systems}
+        order = {name: i for i, name in enumerate([*figure_names, CUBE])}
+        for row in sorted(
+            across.iter_rows(named=True), key=lambda r: order[r[_FIGURE]]
+        ):
+            across_out[row[schema.SYSTEM]][row[_FIGURE]] = {
+                "mean": _finite(row[MEAN]),
+                "sd": _finite(row[SD]),
+                "n_judges": row[N],
+            }
+        return {
+            "parameters": {
+                "k": self.options.k,
+                "trim": self.options.trim,
+                "weights": self.options.weights,
+                "bounds_on": self.options.bounds_on,
+                "min_span": MIN_SPAN,
+            },
+            "systems": list(self.rag_systems),
+            "judge_names": list(self.judges),
+            "dimensions": list(self.dimensions),
+            "counts": self._counts(recall_map),
+            "judges": judges,
+            "across_judges": across_out,
+            "flags": self.flags,
+            "notes": self.notes,
+        }
+
+    def _counts(self, recall_map: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        rows_by_system = {
+            row[schema.SYSTEM]: row[COUNT]
+            for row in self.h_all.group_by(schema.SYSTEM)
+            .agg(pl.col(COUNT).sum())
+            .iter_rows(named=True)
+        }
+        n_missing = self.h_all.filter(pl.col(schema.SCORE).is_null())[COUNT].sum()
+        return {
+            "questions": self.answers.get_column(schema.QUESTION_ID).n_unique(),
+            "answer_rows": self.answers.height,
+            "score_rows": self.scores.height,
+            "score_rows_by_system": rows_by_system,
+            "missing_scores": int(n_missing),
+            "retrieved": {s: recall_map[s][N_RETRIEVED] for s in self.rag_systems},
+            "questions_by_system": {
+                s: recall_map[s][N_QUESTIONS] for s in self.rag_systems
+            },
+        }

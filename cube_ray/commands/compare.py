@@ -1,0 +1,47 @@
+"""``cube-ray compare RUN_A RUN_B ...``: one page comparing several runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``compare`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "compare",
+        help="write one HTML page comparing several runs",
+        description="Compare the headline CuBE figures of several run directories "
+        "on one self-contained page (and a Markdown twin beside it).",
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument(
+        "--out",
+        default="comparison.html",
+        metavar="FILE",
+        help="HTML file to write (default: comparison.html)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help="bootstrap resamples per run (0: no interval; default 1000)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cube_ray.report._deps import require_report_deps
+
+    require_report_deps()
+    from cube_ray.report import write_comparison
+
+    print(
+        write_comparison(
+            args.run_dirs, out=args.out, n_resamples=args.resamples, seed=args.seed
+        )
+    )
+    return 0

@@ -1,0 +1,61 @@
+"""``cube-ray report RUN_DIR``: write report.html and report.md for a run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``report`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="write report.html and report.md for a run directory",
+        description="Write a self-contained report.html (plots inline, works "
+        "offline) and report.md for RUN_DIR, from its summary.json and tables.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory")
+    parser.add_argument(
+        "--human",
+        metavar="FILE.csv",
+        default=None,
+        help="human ratings (question_id,system,dimension,score[,rater]) to "
+        "compare the judges with",
+    )
+    parser.add_argument(
+        "--baselines",
+        action="store_true",
+        help="add character-level BLEU / ROUGE-L against the full-score answers",
+    )
+    parser.add_argument(
+        "--out-dir", default=None, help="where to write (default: RUN_DIR)"
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help="bootstrap resamples of the questions (0: no interval; default 1000)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cube_ray.report._deps import require_report_deps
+
+    require_report_deps()
+    from cube_ray.report import write_report
+
+    paths = write_report(
+        args.run_dir,
+        out_dir=args.out_dir,
+        human_ratings=args.human,
+        baselines=args.baselines,
+        n_resamples=args.resamples,
+        seed=args.seed,
+    )
+    print(paths.html)
+    print(paths.markdown)
+    return 0

@@ -1,0 +1,85 @@
+"""``cube-ray run CONFIG``: run (or resume) a CuBE evaluation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run_command"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` subcommand."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "run",
+        help="run or resume a CuBE evaluation",
+        description=(
+            "Run the CuBE job of CONFIG on a local Ray or a cluster. Rerunning on "
+            "the same run dir resumes: rows already written are not recomputed."
+        ),
+    )
+    p.add_argument("config", help="run config (YAML), e.g. conf/demo.yaml")
+    p.add_argument(
+        "--out", metavar="RUN_DIR", help="run directory (default: output_dir)"
+    )
+    p.add_argument("--limit", type=int, metavar="N", help="use the first N records")
+    p.add_argument(
+        "--address", metavar="ADDR", help="Ray address (auto, ray://host:10001)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print engine calls and estimated prompt tokens; start nothing",
+    )
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="recompute rows whose status is not ok",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-report", action="store_true", help="skip report.html/.md")
+    p.add_argument("--call-log", help=argparse.SUPPRESS)
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Load the config, then plan (``--dry-run``) or run the pipeline."""
+    from cube_ray.config import RunConfig
+    from cube_ray.errors import ConfigError
+
+    config = RunConfig.from_yaml(args.config)
+    if args.limit is not None and args.limit < 1:
+        msg = f"--limit must be >= 1, got {args.limit}"
+        raise ConfigError(msg)
+    run_dir = Path(args.out) if args.out else Path(config.output_dir)
+    if args.dry_run:
+        from cube_ray.plan import format_plan, plan_run
+
+        print(format_plan(plan_run(config, limit=args.limit)))
+        return 0
+    from cube_ray.pipeline import RunOptions, run_pipeline
+
+    options = RunOptions(
+        run_dir=run_dir,
+        limit=args.limit,
+        address=args.address,
+        call_log=args.call_log,
+        retry_failed=args.retry_failed,
+        progress=False if args.no_progress else None,
+        report=not args.no_report,
+    )
+    result = run_pipeline(config, options)
+    print(f"run dir:  {result.run_dir}")
+    for table in ("documents", "questions", "answers", "scores"):
+        print(f"{table + ':':10s}{result.run_dir / table}/")
+    if result.summary_path is not None:
+        print(f"summary:  {result.summary_path}")
+    else:
+        print("summary:  not written (cube_ray.aggregate is not available)")
+    for path in result.report_paths:
+        print(f"report:   {path}")
+    print(f"manifest: {result.manifest_path}")
+    sys.stdout.flush()
+    return 0

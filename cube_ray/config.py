@@ -1,0 +1,463 @@
+"""The run configuration: pydantic models of ``conf/*.yaml``, ``RunConfig.from_yaml``.
+
+A run config names the corpus and how to turn its records into documents, where
+the questions come from, the generator engine, the jury of judges, the scoring
+dimensions, the systems under test, the aggregation options, the Ray options and
+the output directory. Every model is strict (unknown keys are errors) and every
+field has a docstring, which ``docs/pipeline.md`` mirrors.
+
+Relative paths in a config file are resolved against the directory of that file,
+so a config works the same from any working directory (and under
+``ray job submit --working-dir .``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from cube_ray._pydantic import StrictModel
+from cube_ray.engines.config import EngineConfig, FakeEngineConfig
+from cube_ray.errors import ConfigError
+from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
+from cube_ray.systems.config import SystemConfig
+
+__all__ = [
+    "AggregateConfig",
+    "CorpusConfig",
+    "DimensionConfig",
+    "FieldConfig",
+    "PromptsConfig",
+    "QuestionsConfig",
+    "RayConfig",
+    "RunConfig",
+    "default_dimensions",
+    "engine_fingerprint",
+]
+
+
+class FieldConfig(StrictModel):
+    """One record field that goes into a document, with its display label."""
+
+    name: str = Field(min_length=1)
+    """Key of the field in the record (column name)."""
+    label: str | None = None
+    """Label written before the value (``label: value``); defaults to ``name``."""
+
+    @property
+    def display(self) -> str:
+        """The label used in document text."""
+        return self.label if self.label is not None else self.name
+
+
+class CorpusConfig(StrictModel):
+    """The corpus: a table of records, one document (= one chunk) per record."""
+
+    path: str
+    """File (``.jsonl``, ``.csv``, ``.parquet``) or folder of ``.txt`` files."""
+    format: Literal["jsonl", "csv", "parquet", "txt-folder"] | None = None
+    """File format; inferred from the path's suffix (or folder) when omitted."""
+    id_field: str | None = None
+    """Field holding the unique document id; when omitted, the id is a stable hash
+    of the record."""
+    title_field: str | None = None
+    """Field used as the document title; defaults to the first configured field."""
+    fields: list[FieldConfig] = Field(default_factory=list)
+    """Fields that make up the document text, in order, one ``label: value`` line
+    each. A YAML entry may be a bare field name, ``{name: X, label: Y}`` or a
+    one-key mapping ``{X: Y}``. Empty means every field except the id field."""
+    empty_markers: list[str] = Field(default_factory=lambda: ["无", "-", "null"])
+    """Values that mean "empty" (after stripping); such fields are left out."""
+    list_separator: str = "、"
+    """Separator used to join list values (e.g. several service objects)."""
+    limit: int | None = Field(default=None, ge=1)
+    """Use only the first N records (demos, trials); ``--limit`` overrides it."""
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _normalise_fields(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return [{"name": k, "label": v} for k, v in value.items()]
+        if not isinstance(value, list):
+            return value
+        out: list[Any] = []
+        for item in value:
+            if isinstance(item, str):
+                out.append({"name": item})
+            elif isinstance(item, dict) and len(item) == 1 and "name" not in item:
+                ((k, v),) = item.items()
+                out.append({"name": k, "label": v})
+            else:
+                out.append(item)
+        return out
+
+    @model_validator(mode="after")
+    def _unique_fields(self) -> CorpusConfig:
+        names = [f.name for f in self.fields]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            msg = f"corpus.fields lists {dupes} more than once; list each field once"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def resolved_format(self) -> str:
+        """The configured format, else the one the path suggests."""
+        if self.format is not None:
+            return self.format
+        p = Path(self.path)
+        suffix = p.suffix.lower()
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            return "jsonl"
+        if suffix in (".csv", ".tsv"):
+            return "csv"
+        if suffix in (".parquet", ".pq"):
+            return "parquet"
+        if p.is_dir():
+            return "txt-folder"
+        msg = (
+            f"corpus.path {self.path!r}: cannot infer the format from its suffix; "
+            "set corpus.format to one of jsonl, csv, parquet, txt-folder"
+        )
+        raise ConfigError(msg)
+
+
+class QuestionsConfig(StrictModel):
+    """Where the question set comes from."""
+
+    source: Literal["generate", "file"] = "generate"
+    """``generate``: the generator writes one question per document; ``file``: a
+    question file you bring (JSONL, CSV or Parquet)."""
+    path: str | None = None
+    """The question file (``source: file``)."""
+    question_id_field: str | None = "question_id"
+    """Column with the question id; None derives ids from a hash of the question."""
+    question_field: str = "question"
+    """Column with the question text."""
+    doc_id_field: str = "doc_id"
+    """Column with the gold document id."""
+    reference_answer_field: str | None = None
+    """Optional column with a reference answer (kept, not scored)."""
+
+    @model_validator(mode="after")
+    def _path_for_file(self) -> QuestionsConfig:
+        if self.source == "file" and not self.path:
+            msg = "questions.source is 'file' but questions.path is not set; set it"
+            raise ValueError(msg)
+        if self.source == "generate" and self.path:
+            msg = (
+                f"questions.path is {self.path!r} but questions.source is "
+                "'generate'; set source: file to use the file, or remove path"
+            )
+            raise ValueError(msg)
+        return self
+
+
+class DimensionConfig(StrictModel):
+    """One scoring dimension."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_\-]+$")
+    """Name in the scores table (letters, digits, ``_``, ``-``)."""
+    rubric: str | None = None
+    """Rubric text appended to the judge prompt."""
+    rubric_file: str | None = None
+    """File holding the rubric (instead of ``rubric``)."""
+    weight: float | None = Field(default=None, ge=0)
+    """Fixed weight; used when ``aggregate.weights`` is ``fixed``."""
+
+    @model_validator(mode="after")
+    def _one_rubric(self) -> DimensionConfig:
+        if self.rubric is not None and self.rubric_file is not None:
+            msg = (
+                f"dimension {self.name!r} sets both rubric and rubric_file "
+                f"({self.rubric_file!r}); keep one"
+            )
+            raise ValueError(msg)
+        return self
+
+    def rubric_text(self) -> str:
+        """The rubric: inline text, the file's text, or the packaged default."""
+        if self.rubric is not None:
+            return self.rubric.strip()
+        if self.rubric_file is not None:
+            try:
+                return Path(self.rubric_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                msg = (
+                    f"dimension {self.name!r}: cannot read rubric_file "
+                    f"{self.rubric_file!r} ({exc}); fix the path"
+                )
+                raise ConfigError(msg) from exc
+        if self.name in DEFAULT_DIMENSIONS:
+            return default_rubric(self.name)
+        msg = (
+            f"dimension {self.name!r} has no rubric and is not one of the defaults "
+            f"{list(DEFAULT_DIMENSIONS)}; set rubric or rubric_file"
+        )
+        raise ConfigError(msg)
+
+
+def default_dimensions() -> list[DimensionConfig]:
+    """The four default dimensions of CUBE_METHOD.md section 4."""
+    return [DimensionConfig(name=name) for name in DEFAULT_DIMENSIONS]
+
+
+class AggregateConfig(StrictModel):
+    """Options of the aggregation (CUBE_METHOD.md sections 5-8)."""
+
+    k: int | dict[str, int] | None = None
+    """Retrieval depth for rank scores; one number, per system, or None to use
+    each system's own ``k``."""
+    trim: float = Field(default=0.1, ge=0, lt=0.5)
+    """Proportion cut from each end for the trimmed mean."""
+    weights: Literal["pearson", "equal", "fixed"] | dict[str, Any] = "pearson"
+    """``pearson`` (the method), ``equal``, ``fixed`` (the dimensions' ``weight``)
+    or an explicit mapping dimension -> weight (optionally judge -> mapping)."""
+    bounds_on: Literal["all", "paired"] = "all"
+    """Questions the zero/full bounds use: all, or the retrieved ones only."""
+
+
+class RayConfig(StrictModel):
+    """How the job reaches Ray and sizes its data blocks."""
+
+    address: str | None = None
+    """Cluster address (``auto``, ``ray://host:10001``); None starts a local Ray."""
+    num_cpus: int | None = Field(default=4, ge=1)
+    """Logical CPUs of a local Ray (ignored when connecting to a cluster)."""
+    read_batch_size: int = Field(default=2048, ge=1)
+    """Rows per block when the driver builds documents and questions."""
+    join_partitions: int | None = Field(default=None, ge=1)
+    """Partitions of the hash joins; None sizes them from the row count."""
+    task_num_cpus: float = Field(default=0.25, gt=0)
+    """CPUs per light task (hashing, expanding rows)."""
+    progress: bool = True
+    """Show a progress bar per stage."""
+
+
+class PromptsConfig(StrictModel):
+    """Prompt templates: packaged names or paths to template files."""
+
+    question: str = "question"
+    """Template asking the generator for a citizen question."""
+    answer: str = "answer"
+    """Answer template, shared by zero, full and the built-in RAG."""
+    judge: str = "judge"
+    """Judge template."""
+
+
+class RunConfig(StrictModel):
+    """One CuBE run."""
+
+    corpus: CorpusConfig
+    """The corpus of documents."""
+    questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
+    """The question set."""
+    generator: EngineConfig
+    """The engine that writes questions and the zero/full answers (and the
+    built-in RAG's answers)."""
+    judges: dict[str, EngineConfig] = Field(min_length=1)
+    """The jury: judge name -> engine."""
+    dimensions: list[DimensionConfig] = Field(default_factory=default_dimensions)
+    """Scoring dimensions; default the four of the method."""
+    systems: list[SystemConfig] = Field(default_factory=list)
+    """Systems under test (``rag`` or ``rag@<variant>``)."""
+    aggregate: AggregateConfig = Field(default_factory=AggregateConfig)
+    """Aggregation options."""
+    ray: RayConfig = Field(default_factory=RayConfig)
+    """Ray options."""
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
+    """Prompt template overrides."""
+    output_dir: str = "runs/default"
+    """Run directory (``--out`` overrides it)."""
+    allow_fake_engines: bool = False
+    """Allow ``backend: fake`` engines (tests and benchmarks only)."""
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RunConfig:
+        names = [s.name for s in self.systems]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            msg = f"systems: names {dupes} occur more than once; names must be unique"
+            raise ValueError(msg)
+        dims = [d.name for d in self.dimensions]
+        dupes = sorted({n for n in dims if dims.count(n) > 1})
+        if dupes:
+            msg = f"dimensions: {dupes} occur more than once; names must be unique"
+            raise ValueError(msg)
+        if not self.dimensions:
+            msg = "dimensions is empty; list at least one or omit it for the defaults"
+            raise ValueError(msg)
+        for judge in self.judges:
+            if not judge or "/" in judge:
+                msg = f"judge name {judge!r} must be non-empty and contain no '/'"
+                raise ValueError(msg)
+        if self.aggregate.weights == "fixed":
+            missing = [d.name for d in self.dimensions if d.weight is None]
+            if missing:
+                msg = (
+                    f"aggregate.weights is 'fixed' but dimensions {missing} have no "
+                    "weight; give each dimension a weight"
+                )
+                raise ValueError(msg)
+        if not self.allow_fake_engines:
+            fakes = [
+                n
+                for n, e in [("generator", self.generator), *self.judges.items()]
+                if isinstance(e, FakeEngineConfig)
+            ]
+            if fakes:
+                msg = (
+                    f"engines {fakes} use backend 'fake', a scripted test engine; "
+                    "choose vllm, embedded or openai_http (or set "
+                    "allow_fake_engines: true for tests and benchmarks)"
+                )
+                raise ValueError(msg)
+        return self
+
+    def fingerprint(self) -> str:
+        """A stable hash of the whole config (recorded in the manifest)."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def rubrics(self) -> dict[str, str]:
+        """Dimension name -> rubric text, in configured order."""
+        return {d.name: d.rubric_text() for d in self.dimensions}
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> RunConfig:
+        """Load and validate a YAML config file.
+
+        Relative paths (corpus, question file, QA files, rubric and template files,
+        output dir) are resolved against the file's directory.
+
+        Raises:
+            ConfigError: The file is missing, is not valid YAML, or does not
+                validate; the message names the file, the key and the fix.
+        """
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            msg = f"cannot read config file {str(p)!r}: {exc}"
+            raise ConfigError(msg) from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            where = ""
+            mark = getattr(exc, "problem_mark", None)
+            if mark is not None:
+                where = f" at line {mark.line + 1}, column {mark.column + 1}"
+            problem = getattr(exc, "problem", None) or str(exc)
+            msg = (
+                f"config file {str(p)!r} is not valid YAML{where}: {problem}; fix "
+                "the syntax (indentation, quotes, colons)"
+            )
+            raise ConfigError(msg) from exc
+        if not isinstance(data, dict):
+            msg = (
+                f"config file {str(p)!r} must hold a mapping of keys (corpus, "
+                f"generator, judges, ...), got {type(data).__name__}"
+            )
+            raise ConfigError(msg)
+        data = _resolve_paths(data, p.parent)
+        return cls.from_dict(data, source=str(p))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> RunConfig:
+        """Validate a config mapping; errors become :class:`ConfigError`."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_format_validation(exc, source)) from None
+
+
+def _format_validation(exc: ValidationError, source: str) -> str:
+    lines = [f"config file {source!r} is invalid ({exc.error_count()} problem(s)):"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        kind = err["type"]
+        message = err["msg"]
+        if kind == "extra_forbidden":
+            fix = "remove it or check its spelling"
+        elif kind == "missing":
+            fix = "add this key"
+        elif kind == "union_tag_invalid":
+            ctx = err.get("ctx") or {}
+            fix = f"use one of {ctx.get('expected_tags', 'the documented values')}"
+        elif kind == "union_tag_not_found":
+            fix = "add the discriminating key (backend for engines, kind for systems)"
+        else:
+            fix = f"got {err.get('input')!r}"
+        lines.append(f"  - {loc}: {message} ({fix})")
+    return "\n".join(lines)
+
+
+_PATH_KEYS = {
+    ("corpus", "path"),
+    ("questions", "path"),
+    ("output_dir",),
+}
+
+
+def _resolve(base: Path, value: Any) -> Any:
+    if isinstance(value, str) and value and "://" not in value:
+        candidate = Path(value).expanduser()
+        if not candidate.is_absolute():
+            return str((base / candidate).resolve())
+        return str(candidate)
+    return value
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Copy of ``data`` with known path keys resolved against ``base``."""
+    out = dict(data)
+    for keys in _PATH_KEYS:
+        node: Any = out
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and keys[-1] in node:
+            if len(keys) > 1:
+                parent = dict(node)
+                parent[keys[-1]] = _resolve(base, parent[keys[-1]])
+                out[keys[0]] = parent
+            else:
+                out[keys[0]] = _resolve(base, out[keys[0]])
+    dims = out.get("dimensions")
+    if isinstance(dims, list):
+        out["dimensions"] = [
+            {**d, "rubric_file": _resolve(base, d["rubric_file"])}
+            if isinstance(d, dict) and d.get("rubric_file")
+            else d
+            for d in dims
+        ]
+    systems = out.get("systems")
+    if isinstance(systems, list):
+        out["systems"] = [
+            {**s, "path": _resolve(base, s["path"])}
+            if isinstance(s, dict) and isinstance(s.get("path"), str)
+            else s
+            for s in systems
+        ]
+    prompts = out.get("prompts")
+    if isinstance(prompts, dict):
+        out["prompts"] = {
+            k: _resolve(base, v) if isinstance(v, str) and v.endswith(".txt") else v
+            for k, v in prompts.items()
+        }
+    return out
+
+
+def engine_fingerprint(config: Any) -> str:
+    """Hash of an engine config without its pool settings.
+
+    Pool sizes and batch sizes change throughput, not outputs, so they do not
+    invalidate rows on resume.
+    """
+    data = config.model_dump(mode="json", exclude={"pool"})
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

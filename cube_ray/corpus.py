@@ -1,0 +1,325 @@
+"""Records -> one-chunk documents (CUBE_METHOD.md section 1).
+
+Each record becomes exactly one document: one ``label: value`` line per
+non-empty configured field, in configured order. The corpus is read as a stream
+of batches, so a two-million-record corpus never sits in memory; the only state
+kept across batches is one 64-bit hash per document id (16 MB for 2M ids) to
+find duplicate ids.
+
+Every problem is an :class:`~cube_ray.errors.InputError` naming the file, the
+0-based row (line for JSONL, data row for CSV/Parquet) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cube_ray import schema
+from cube_ray.config import CorpusConfig
+from cube_ray.errors import InputError
+
+__all__ = [
+    "Document",
+    "content_hash",
+    "iter_document_batches",
+    "iter_records",
+    "record_to_document",
+    "stable_hash",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One document (= one chunk)."""
+
+    doc_id: str
+    title: str | None
+    text: str
+    content_hash: str
+
+
+def stable_hash(*parts: str, size: int = 16) -> str:
+    """Hex digest of the parts (NUL-separated), stable across processes.
+
+    >>> stable_hash("a", "b") == stable_hash("a", "b") != stable_hash("ab")
+    True
+    """
+    h = hashlib.blake2b(digest_size=size)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def content_hash(doc_id: str, title: str | None, text: str) -> str:
+    """The content hash of a document: changes iff its id, title or text change."""
+    return stable_hash(doc_id, title or "", text)
+
+
+def _value_text(value: Any, cfg: CorpusConfig) -> str | None:
+    """A field value as text, or None when it is empty."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        items = [t for t in (_value_text(v, cfg) for v in value) if t]
+        return cfg.list_separator.join(items) if items else None
+    if isinstance(value, dict):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    elif isinstance(value, float) and value != value:  # NaN from CSV/Parquet
+        return None
+    else:
+        text = str(value)
+    text = text.strip()
+    if not text or text in cfg.empty_markers:
+        return None
+    return text
+
+
+def record_to_document(
+    record: dict[str, Any], cfg: CorpusConfig, *, path: str, row: int
+) -> Document:
+    """Turn one record into a document.
+
+    >>> from cube_ray.config import CorpusConfig
+    >>> cfg = CorpusConfig(path="x.jsonl", id_field="id",
+    ...                    fields=[{"name": "name", "label": "事项"}, "fee"])
+    >>> doc = record_to_document({"id": 7, "name": "开办", "fee": "无"}, cfg,
+    ...                          path="x.jsonl", row=0)
+    >>> (doc.doc_id, doc.title, doc.text)
+    ('7', '开办', '事项: 开办')
+
+    Raises:
+        InputError: Missing or empty id, or no non-empty configured field.
+    """
+    fields = cfg.fields
+    if not fields:
+        from cube_ray.config import FieldConfig
+
+        fields = [FieldConfig(name=k) for k in record if k != cfg.id_field]
+    lines = []
+    first_value: str | None = None
+    for f in fields:
+        value = _value_text(record.get(f.name), cfg)
+        if value is None:
+            continue
+        if first_value is None:
+            first_value = value
+        lines.append(f"{f.display}: {value}")
+    if cfg.id_field is not None:
+        if cfg.id_field not in record:
+            msg = (
+                f"the id field is missing (record keys: {sorted(record)[:12]}); "
+                "set corpus.id_field to a field every record has, or omit it to "
+                "hash records"
+            )
+            raise InputError(msg, path=path, row=row, field=cfg.id_field)
+        raw_id = record[cfg.id_field]
+        doc_id = "" if raw_id is None else str(raw_id).strip()
+        if not doc_id:
+            msg = "the id field is empty; every record needs a unique id"
+            raise InputError(msg, path=path, row=row, field=cfg.id_field)
+    else:
+        canon = json.dumps(record, ensure_ascii=False, sort_keys=True, default=str)
+        doc_id = stable_hash(canon)
+    if not lines:
+        names = [f.name for f in fields]
+        msg = (
+            f"empty document: none of the configured fields {names} has a value "
+            f"(empty markers: {cfg.empty_markers}); fix the record or the field list"
+        )
+        raise InputError(msg, path=path, row=row, field=None)
+    title: str | None = first_value
+    if cfg.title_field is not None:
+        title = _value_text(record.get(cfg.title_field), cfg)
+    text = "\n".join(lines)
+    return Document(doc_id, title, text, content_hash(doc_id, title, text))
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open("rb") as fh:
+        for i, raw in enumerate(fh):
+            try:
+                line = raw.decode("utf-8-sig" if i == 0 else "utf-8")
+            except UnicodeDecodeError as exc:
+                msg = (
+                    f"line {i + 1} is not valid UTF-8 ({exc.reason} at byte "
+                    f"{exc.start}); convert the file to UTF-8, e.g. "
+                    f"iconv -f GB18030 -t UTF-8"
+                )
+                raise InputError(msg, path=str(path), row=i) from None
+            yield i, line
+
+
+def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream ``(row, record)`` pairs from the corpus file.
+
+    Raises:
+        InputError: Unreadable file, invalid JSON or UTF-8, wrong shape.
+    """
+    path = Path(cfg.path)
+    fmt = cfg.resolved_format
+    if not path.exists():
+        msg = "the corpus path does not exist; fix corpus.path"
+        raise InputError(msg, path=str(path))
+    if fmt == "jsonl":
+        for i, line in _decoded_lines(path):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
+                raise InputError(msg, path=str(path), row=i) from None
+            if not isinstance(record, dict):
+                msg = f"expected a JSON object per line, got {type(record).__name__}"
+                raise InputError(msg, path=str(path), row=i)
+            yield i, record
+    elif fmt == "csv":
+        delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+        lines = (line for _, line in _decoded_lines(path))
+        reader = csv.DictReader(lines, delimiter=delimiter)
+        for i, rec in enumerate(reader):
+            yield i, dict(rec)
+    elif fmt == "parquet":
+        try:
+            pf = pq.ParquetFile(path)
+        except (OSError, pa.ArrowException) as exc:
+            msg = f"not a readable Parquet file ({exc})"
+            raise InputError(msg, path=str(path)) from None
+        row = 0
+        for batch in pf.iter_batches(batch_size=4096):
+            for rec in batch.to_pylist():
+                yield row, rec
+                row += 1
+    elif fmt == "txt-folder":
+        if not path.is_dir():
+            msg = "corpus.format is txt-folder but the path is not a folder"
+            raise InputError(msg, path=str(path))
+        for i, file in enumerate(sorted(path.rglob("*.txt"))):
+            try:
+                text = file.read_bytes().decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                msg = f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                raise InputError(msg, path=str(file), row=i) from None
+            yield (
+                i,
+                {
+                    "doc_id": file.relative_to(path).with_suffix("").as_posix(),
+                    "title": file.stem,
+                    "text": text,
+                },
+            )
+    else:  # pragma: no cover - guarded by the config Literal
+        msg = f"unknown corpus format {fmt!r}"
+        raise InputError(msg, path=str(path))
+
+
+def _id_hash(doc_id: str) -> int:
+    return int.from_bytes(
+        hashlib.blake2b(
+            doc_id.encode("utf-8", "surrogatepass"), digest_size=8
+        ).digest(),
+        "little",
+    )
+
+
+def _documents_of(
+    records: Iterable[tuple[int, dict[str, Any]]], cfg: CorpusConfig
+) -> Iterator[tuple[int, Document]]:
+    path = cfg.path
+    if cfg.resolved_format == "txt-folder":
+        for row, rec in records:
+            text = rec["text"].strip()
+            if not text:
+                msg = "empty document: the file holds no text"
+                raise InputError(msg, path=f"{path}/{rec['doc_id']}.txt", row=row)
+            yield (
+                row,
+                Document(
+                    rec["doc_id"],
+                    rec["title"],
+                    text,
+                    content_hash(rec["doc_id"], rec["title"], text),
+                ),
+            )
+        return
+    for row, rec in records:
+        yield row, record_to_document(rec, cfg, path=path, row=row)
+
+
+def iter_document_batches(
+    cfg: CorpusConfig, *, batch_rows: int = 2048, limit: int | None = None
+) -> Iterator[pa.Table]:
+    """Stream the corpus as Arrow tables with the documents schema.
+
+    Duplicate ids are detected after the last batch (hash sort), so a caller
+    that writes batches must write them to a staging place and publish them
+    only when the iterator finishes without error.
+
+    Raises:
+        InputError: Any bad record, including a duplicate document id.
+    """
+    hashes: list[np.ndarray[Any, np.dtype[np.uint64]]] = []
+    buf: list[Document] = []
+    n = 0
+    for _, doc in _documents_of(iter_records(cfg), cfg):
+        if limit is not None and n >= limit:
+            break
+        buf.append(doc)
+        n += 1
+        if len(buf) >= batch_rows:
+            hashes.append(np.fromiter((_id_hash(d.doc_id) for d in buf), np.uint64))
+            yield _to_table(buf)
+            buf = []
+    if buf:
+        hashes.append(np.fromiter((_id_hash(d.doc_id) for d in buf), np.uint64))
+        yield _to_table(buf)
+    if n == 0:
+        msg = "the corpus holds no records; check corpus.path and corpus.format"
+        raise InputError(msg, path=cfg.path)
+    all_hashes = np.sort(np.concatenate(hashes)) if hashes else np.array([])
+    if all_hashes.size > 1 and bool((all_hashes[1:] == all_hashes[:-1]).any()):
+        _raise_duplicate(cfg, limit)
+
+
+def _raise_duplicate(cfg: CorpusConfig, limit: int | None) -> None:
+    """Second pass, only when a hash collided: name the rows of a duplicate id."""
+    seen: dict[str, int] = {}
+    for i, (row, doc) in enumerate(_documents_of(iter_records(cfg), cfg)):
+        if limit is not None and i >= limit:
+            break
+        if doc.doc_id in seen:
+            how = (
+                f"field {cfg.id_field!r}"
+                if cfg.id_field
+                else "the record hash (the record is an exact duplicate)"
+            )
+            msg = (
+                f"duplicate document id {doc.doc_id!r} (first at row "
+                f"{seen[doc.doc_id]}, by {how}); ids must be unique: dedupe the "
+                "corpus or choose another corpus.id_field"
+            )
+            raise InputError(msg, path=cfg.path, row=row, field=cfg.id_field)
+        seen[doc.doc_id] = row
+
+
+def _to_table(docs: list[Document]) -> pa.Table:
+    return pa.table(
+        {
+            schema.DOC_ID: [d.doc_id for d in docs],
+            schema.TITLE: [d.title for d in docs],
+            schema.TEXT: [d.text for d in docs],
+            schema.CONTENT_HASH: [d.content_hash for d in docs],
+        },
+        schema=schema.DOCUMENTS_SCHEMA,
+    )

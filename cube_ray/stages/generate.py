@@ -1,0 +1,204 @@
+"""Generator stages: one question per document, and the zero/full bound answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from cube_ray import schema
+from cube_ray.engines.base import Generation, SamplingParams
+from cube_ray.engines.registry import build_engine
+from cube_ray.prompts import render_answer, render_question
+from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
+
+__all__ = [
+    "ANSWERS_OUT_SCHEMA",
+    "QUESTIONS_OUT_SCHEMA",
+    "AnswerStage",
+    "QuestionStage",
+    "sampling_of",
+]
+
+QUESTIONS_OUT_SCHEMA = pa.unify_schemas(
+    [schema.QUESTIONS_SCHEMA, schema.QUESTIONS_EXTRA]
+)
+"""Columns of the ``questions/`` table the pipeline writes."""
+ANSWERS_OUT_SCHEMA = pa.unify_schemas([schema.ANSWERS_SCHEMA, schema.ANSWERS_EXTRA])
+"""Columns of the ``answers/`` table the pipeline writes."""
+
+STATUS_NO_QUESTION = "no_question"
+"""Answer status when the question itself could not be generated."""
+
+
+def sampling_of(config: Any) -> SamplingParams:
+    """Engine sampling parameters from an engine config's ``sampling`` section."""
+    s = config.sampling
+    return SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        seed=s.seed,
+        stop=tuple(s.stop),
+    )
+
+
+def _gen_columns(gens: list[Generation]) -> dict[str, list[Any]]:
+    return {
+        schema.STATUS: [g.status for g in gens],
+        schema.LATENCY_S: [g.latency_s for g in gens],
+        schema.PROMPT_TOKENS: [g.prompt_tokens for g in gens],
+        schema.COMPLETION_TOKENS: [g.completion_tokens for g in gens],
+    }
+
+
+def _text_or_none(g: Generation) -> str | None:
+    if g.status != schema.STATUS_OK or g.text is None:
+        return None
+    text = g.text.strip()
+    return text or None
+
+
+class QuestionStage(Stage):
+    """The generator, playing a citizen, writes one question per document.
+
+    Input columns: ``doc_id``, ``text``, ``_input_hash``. Output: the questions
+    table (``question_id`` = ``doc_id``: one question per document).
+
+    Args:
+        engine: The generator's engine config.
+        template: Question prompt template (name or path).
+        engine_factory: Builds the engine (default :func:`build_engine`).
+        call_log: File that gets one line per engine call (tests).
+    """
+
+    name = "questions"
+    required = (schema.DOC_ID, schema.TEXT, INPUT_HASH)
+    output_schema = QUESTIONS_OUT_SCHEMA
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        template: str = "question",
+        engine_factory: EngineFactory = build_engine,
+        call_log: str | None = None,
+    ) -> None:
+        super().__init__(call_log=call_log)
+        self._engine = engine_factory(engine)
+        self._sampling = sampling_of(engine)
+        self._template = template
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """Generate the questions of a batch of documents."""
+        self.check_columns(batch.column_names)
+        doc_ids = batch.column(schema.DOC_ID).to_pylist()
+        prompts = [
+            render_question(t, template=self._template)
+            for t in batch.column(schema.TEXT).to_pylist()
+        ]
+        self._log_calls(doc_ids)
+        gens = self._engine.generate(prompts, sampling=self._sampling)
+        questions = [_text_or_none(g) for g in gens]
+        cols: dict[str, Any] = {
+            schema.QUESTION_ID: doc_ids,
+            schema.DOC_ID: doc_ids,
+            schema.QUESTION: questions,
+            schema.GENERATOR: [self._engine.name] * len(gens),
+            schema.REFERENCE_ANSWER: [None] * len(gens),
+            schema.CONTENT_HASH: batch.column(INPUT_HASH).to_pylist(),
+            **_gen_columns(gens),
+        }
+        cols[schema.STATUS] = [
+            g.status if g.status != schema.STATUS_OK or q else "empty_output"
+            for g, q in zip(gens, questions, strict=True)
+        ]
+        return pa.Table.from_pydict(cols, schema=self.output_schema)
+
+    def close(self) -> None:
+        """Close the engine."""
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close()
+
+
+class AnswerStage(Stage):
+    """The zero- and full-score bounds, written by the generator.
+
+    ``zero`` answers with no context, ``full`` with only the gold document.
+
+    Input columns: ``question_id``, ``doc_id``, ``system`` (``zero``/``full``),
+    ``question``, ``text`` (the gold document), ``_input_hash``.
+
+    Args:
+        engine: The generator's engine config.
+        template: Answer prompt template (name or path), shared with the RAG.
+        engine_factory: Builds the engine (default :func:`build_engine`).
+        call_log: File that gets one line per engine call (tests).
+    """
+
+    name = "answers"
+    required = (
+        schema.QUESTION_ID,
+        schema.DOC_ID,
+        schema.SYSTEM,
+        schema.QUESTION,
+        schema.TEXT,
+        INPUT_HASH,
+    )
+    output_schema = ANSWERS_OUT_SCHEMA
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        template: str = "answer",
+        engine_factory: EngineFactory = build_engine,
+        call_log: str | None = None,
+    ) -> None:
+        super().__init__(call_log=call_log)
+        self._engine = engine_factory(engine)
+        self._sampling = sampling_of(engine)
+        self._template = template
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """Answer a batch of (question, bound) rows."""
+        self.check_columns(batch.column_names)
+        rows = batch.select(list(self.required)).to_pylist()
+        todo = [i for i, r in enumerate(rows) if r[schema.QUESTION]]
+        prompts = []
+        for i in todo:
+            r = rows[i]
+            if r[schema.SYSTEM] not in schema.BOUND_SYSTEMS:
+                msg = f"AnswerStage got system {r[schema.SYSTEM]!r}; expected zero/full"
+                raise ValueError(msg)
+            refs = [r[schema.TEXT]] if r[schema.SYSTEM] == schema.FULL else None
+            prompts.append(
+                render_answer(r[schema.QUESTION], refs, template=self._template)
+            )
+        self._log_calls(
+            [f"{rows[i][schema.QUESTION_ID]}/{rows[i][schema.SYSTEM]}" for i in todo]
+        )
+        gens_todo = (
+            self._engine.generate(prompts, sampling=self._sampling) if prompts else []
+        )
+        gens = [Generation(text=None, status=STATUS_NO_QUESTION)] * len(rows)
+        for i, g in zip(todo, gens_todo, strict=True):
+            gens[i] = g
+        cols: dict[str, Any] = {
+            schema.QUESTION_ID: [r[schema.QUESTION_ID] for r in rows],
+            schema.DOC_ID: [r[schema.DOC_ID] for r in rows],
+            schema.SYSTEM: [r[schema.SYSTEM] for r in rows],
+            schema.ANSWER: [_text_or_none(g) for g in gens],
+            schema.RETRIEVED_DOC_IDS: [None] * len(rows),
+            schema.RANK: [None] * len(rows),
+            schema.CONTENT_HASH: [r[INPUT_HASH] for r in rows],
+            **_gen_columns(gens),
+        }
+        return pa.Table.from_pydict(cols, schema=self.output_schema)
+
+    def close(self) -> None:
+        """Close the engine."""
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close()

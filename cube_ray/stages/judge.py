@@ -1,0 +1,132 @@
+"""The judge stage: one judge scores (answer, dimension) rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from cube_ray import schema
+from cube_ray.engines.base import ScoreResult
+from cube_ray.engines.registry import build_engine
+from cube_ray.prompts import render_judge
+from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
+
+__all__ = ["SCORES_OUT_SCHEMA", "STATUS_NO_ANSWER", "JudgeStage"]
+
+SCORES_OUT_SCHEMA = pa.unify_schemas([schema.SCORES_SCHEMA, schema.SCORES_EXTRA])
+"""Columns of the ``scores/`` table the pipeline writes."""
+STATUS_NO_ANSWER = "no_answer"
+"""Score status when there is no answer to judge (the answer failed)."""
+
+
+class JudgeStage(Stage):
+    """One judge of the jury scores each (answer, dimension) row 0..10.
+
+    Input columns: ``question_id``, ``system``, ``dimension``, ``text`` (gold
+    document), ``question``, ``answer``, ``_input_hash``. Output: score rows;
+    a judge output that is not a valid score stays a null ``score`` with its
+    ``status`` and ``raw`` text (never 0). Rows without an answer are scored
+    ``no_answer`` without calling the engine.
+
+    Args:
+        judge: Name of the judge (``judge`` column).
+        engine: The judge's engine config.
+        rubrics: Dimension name -> rubric text.
+        template: Judge prompt template (name or path).
+        engine_factory: Builds the engine (default :func:`build_engine`).
+        call_log: File that gets one line per engine call (tests).
+    """
+
+    name = "judge"
+    required = (
+        schema.QUESTION_ID,
+        schema.SYSTEM,
+        schema.DIMENSION,
+        schema.TEXT,
+        schema.QUESTION,
+        schema.ANSWER,
+        INPUT_HASH,
+    )
+    output_schema = SCORES_OUT_SCHEMA
+
+    def __init__(
+        self,
+        judge: str,
+        engine: Any,
+        *,
+        rubrics: dict[str, str],
+        template: str = "judge",
+        engine_factory: EngineFactory = build_engine,
+        call_log: str | None = None,
+    ) -> None:
+        super().__init__(call_log=call_log)
+        self._judge = judge
+        self._rubrics = dict(rubrics)
+        self._template = template
+        self._mode = engine.score_mode
+        self._engine = engine_factory(engine)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        """Score a batch of (answer, dimension) rows."""
+        self.check_columns(batch.column_names)
+        rows = batch.select(list(self.required)).to_pylist()
+        todo = [i for i, r in enumerate(rows) if r[schema.ANSWER] is not None]
+        prompts = []
+        for i in todo:
+            r = rows[i]
+            rubric = self._rubrics.get(r[schema.DIMENSION])
+            if rubric is None:
+                msg = (
+                    f"judge {self._judge!r} has no rubric for dimension "
+                    f"{r[schema.DIMENSION]!r} (known: {sorted(self._rubrics)})"
+                )
+                raise ValueError(msg)
+            prompts.append(
+                render_judge(
+                    r[schema.TEXT] or "",
+                    r[schema.QUESTION] or "",
+                    r[schema.ANSWER],
+                    rubric,
+                    template=self._template,
+                )
+            )
+        self._log_calls(
+            [
+                "/".join(
+                    (
+                        rows[i][schema.QUESTION_ID],
+                        rows[i][schema.SYSTEM],
+                        self._judge,
+                        rows[i][schema.DIMENSION],
+                    )
+                )
+                for i in todo
+            ]
+        )
+        got = self._engine.score(prompts, mode=self._mode) if prompts else []
+        results = [ScoreResult(None, status=STATUS_NO_ANSWER)] * len(rows)
+        for i, res in zip(todo, got, strict=True):
+            results[i] = res
+        cols: dict[str, Any] = {
+            schema.QUESTION_ID: [r[schema.QUESTION_ID] for r in rows],
+            schema.SYSTEM: [r[schema.SYSTEM] for r in rows],
+            schema.JUDGE: [self._judge] * len(rows),
+            schema.DIMENSION: [r[schema.DIMENSION] for r in rows],
+            schema.SCORE: [
+                res.score if res.status == schema.STATUS_OK else None for res in results
+            ],
+            schema.STATUS: [res.status for res in results],
+            schema.RAW: [res.raw for res in results],
+            schema.PROMPT_TOKENS: [res.prompt_tokens for res in results],
+            schema.COMPLETION_TOKENS: [res.completion_tokens for res in results],
+            schema.LATENCY_S: [res.latency_s for res in results],
+            schema.CONTENT_HASH: [r[INPUT_HASH] for r in rows],
+        }
+        return pa.Table.from_pydict(cols, schema=self.output_schema)
+
+    def close(self) -> None:
+        """Close the engine."""
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close()

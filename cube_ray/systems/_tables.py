@@ -1,0 +1,182 @@
+"""Reading user-supplied tables (Parquet, CSV, JSONL) with clear input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from cube_ray.errors import InputError
+
+__all__ = ["as_text", "parse_doc_ids", "read_rows", "require_columns"]
+
+_PARQUET = (".parquet", ".pq")
+_CSV = (".csv", ".tsv")
+_JSONL = (".jsonl", ".ndjson", ".json")
+
+
+def read_rows(path: str | Path, *, what: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Read a Parquet file or directory, a CSV/TSV file or a JSONL file as rows.
+
+    CSV values are read as strings (ids keep their leading zeros). Row numbers in
+    later errors are 0-based positions in the returned list (for JSONL: the line,
+    when the file has no blank lines).
+
+    Args:
+        path: The file (or a directory of Parquet files).
+        what: What the file holds, for error messages (``"QA file"``).
+
+    Returns:
+        The column names (in file order) and one dict per row.
+
+    Raises:
+        InputError: If the file is missing, has an unknown suffix or cannot be parsed.
+    """
+    p = Path(path)
+    if not p.exists():
+        msg = f"{what} not found; check the path in your config"
+        raise InputError(msg, path=str(p))
+    suffix = p.suffix.lower()
+    try:
+        if p.is_dir():
+            files = sorted(
+                f for f in p.rglob("*.parquet") if not f.name.startswith((".", "_"))
+            )
+            if not files:
+                msg = f"{what} is a directory without .parquet files"
+                raise InputError(msg, path=str(p))
+            df = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+            return df.columns, df.to_dicts()
+        if suffix in _PARQUET:
+            df = pl.read_parquet(p)
+            return df.columns, df.to_dicts()
+        if suffix in _CSV:
+            df = pl.read_csv(
+                p, infer_schema=False, separator="\t" if suffix == ".tsv" else ","
+            )
+            return df.columns, df.to_dicts()
+        if suffix in _JSONL:
+            return _read_jsonl(p, what=what)
+    except InputError:
+        raise
+    except Exception as exc:
+        msg = f"cannot read {what}: {exc}"
+        raise InputError(msg, path=str(p)) from exc
+    msg = (
+        f"{what} has suffix {suffix!r}; expected one of "
+        f"{', '.join(_PARQUET + _CSV + _JSONL)}"
+    )
+    raise InputError(msg, path=str(p))
+
+
+def _read_jsonl(path: Path, *, what: str) -> tuple[list[str], list[dict[str, Any]]]:
+    # Line by line, so that a bad line is reported with its number and values of
+    # mixed types (ids as int in one row, str in another) do not break inference.
+    rows: list[dict[str, Any]] = []
+    columns: dict[str, None] = {}
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                msg = (
+                    f"{what}: line is not valid JSON ({exc.msg}); write one JSON "
+                    "object per line"
+                )
+                raise InputError(msg, path=str(path), row=lineno) from exc
+            if not isinstance(obj, dict):
+                msg = f"{what}: line holds a {type(obj).__name__}, expected an object"
+                raise InputError(msg, path=str(path), row=lineno)
+            columns.update(dict.fromkeys(obj))
+            rows.append(obj)
+    return list(columns), rows
+
+
+def require_columns(
+    present: list[str], columns: list[str], *, path: str, what: str
+) -> None:
+    """Raise an InputError naming the missing and the present columns."""
+    missing = [c for c in columns if c not in present]
+    if missing:
+        msg = (
+            f"{what} lacks column(s) {missing}; present: {present}. Rename the "
+            "columns or set the matching *_field option in the config"
+        )
+        raise InputError(msg, path=path, field=missing[0])
+
+
+def parse_doc_ids(value: object, *, path: str, row: int, field: str) -> list[str]:
+    """Ranked doc ids from a list, a JSON list string or a comma-separated string.
+
+    >>> parse_doc_ids('["d1", "d2"]', path="f", row=0, field="r")
+    ['d1', 'd2']
+    >>> parse_doc_ids("d1, d2,,d3", path="f", row=0, field="r")
+    ['d1', 'd2', 'd3']
+    >>> parse_doc_ids(None, path="f", row=0, field="r")
+    []
+    """
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        items: list[object] = list(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
+        if text.startswith("["):
+            try:
+                parsed = json.loads(text)
+            except json.JSONDecodeError as exc:
+                msg = (
+                    f"retrieved ids {text[:60]!r} start with '[' but are not valid "
+                    f'JSON ({exc.msg}); write a JSON list such as ["d1", "d2"] '
+                    "or a comma-separated string d1,d2"
+                )
+                raise InputError(msg, path=path, row=row, field=field) from exc
+            if not isinstance(parsed, list):
+                msg = "retrieved ids must be a JSON list"
+                raise InputError(msg, path=path, row=row, field=field)
+            items = parsed
+        else:
+            items = [part for part in text.split(",")]
+    elif isinstance(value, (int, float)):
+        items = [value]
+    else:
+        msg = (
+            f"retrieved ids have type {type(value).__name__}; expected a list of "
+            "ids, a JSON list string or a comma-separated string"
+        )
+        raise InputError(msg, path=path, row=row, field=field)
+    out: list[str] = []
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, (dict, list)):
+            msg = f"retrieved id {item!r} is not a string or number"
+            raise InputError(msg, path=path, row=row, field=field)
+        s = str(item).strip()
+        if s:
+            out.append(s)
+    return out
+
+
+def as_text(value: object, *, path: str, row: int, field: str) -> str | None:
+    """A scalar cell as text (ids may be numbers); None stays None.
+
+    >>> as_text(12, path="f", row=0, field="id")
+    '12'
+    >>> as_text(" a ", path="f", row=0, field="id")
+    'a'
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, dict, list, tuple)):
+        msg = f"value {value!r} is not a string or number"
+        raise InputError(msg, path=path, row=row, field=field)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()

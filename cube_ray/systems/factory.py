@@ -1,0 +1,62 @@
+"""From a system config to a live system under test (once per Ray actor)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cube_ray.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cube_ray.engines.config import EngineConfig
+    from cube_ray.systems.base import SystemUnderTest
+    from cube_ray.systems.config import SystemConfig
+
+__all__ = ["build_system"]
+
+
+def build_system(
+    config: SystemConfig,
+    *,
+    documents_path: str,
+    generator: EngineConfig | None,
+    answer_template: str = "answer",
+) -> SystemUnderTest:
+    """Build the system a config describes; heavy set-up happens here.
+
+    Call it once per Ray actor, in the system stage's ``__init__``. Backends are
+    imported lazily, so a QA-file system never imports jieba or httpx.
+
+    Args:
+        config: One entry of the run's ``systems:`` list.
+        documents_path: The run's ``documents/`` Parquet directory (the built-in
+            RAG indexes it; its index goes to the sibling ``index/`` directory).
+        generator: The run's generator engine; the built-in RAG answers with it.
+        answer_template: Answer prompt template (name or path), the same as the
+            bounds use.
+
+    Raises:
+        ConfigError: If the built-in RAG has no generator.
+        InputError: If a QA file or the documents are invalid.
+    """
+    if config.kind == "qa_file":
+        from cube_ray.systems.qa_file import QaFileSystem
+
+        return QaFileSystem(config)
+    if config.kind == "builtin_rag":
+        if generator is None:
+            msg = (
+                f"system {config.name!r} (kind builtin_rag) needs a generator engine "
+                "to write its answers; add a `generator:` section to the config"
+            )
+            raise ConfigError(msg)
+        from cube_ray.systems.builtin_rag import BuiltinRagSystem
+
+        return BuiltinRagSystem.from_config(
+            config,
+            documents_path=documents_path,
+            generator=generator,
+            answer_template=answer_template,
+        )
+    from cube_ray.systems.http import HttpSystem
+
+    return HttpSystem(config)

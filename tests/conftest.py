@@ -1,0 +1,81 @@
+"""Shared fixtures: the tiny real model, engine environment, a local Ray instance."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    # `tests.tiny_model` must import however pytest was started.
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.tiny_model import build_tiny_model  # noqa: E402
+
+TINY_ENGINE_ENV: dict[str, str] = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+"""Environment for a tiny in-process vLLM engine (~2 s start after import)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """A tiny random-weight Llama model (head_dim 64) with its own tokenizer.
+
+    Built once per cache key (see ``tests/tiny_model.py``); reruns reuse it.
+    """
+    return build_tiny_model()
+
+
+@pytest.fixture
+def tiny_engine_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Set the tiny-engine environment in this process; returns it."""
+    for key, value in TINY_ENGINE_ENV.items():
+        monkeypatch.setenv(key, value)
+    return dict(TINY_ENGINE_ENV)
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> Iterator[Any]:
+    """A local Ray instance with 4 logical CPUs; shut down after the module."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # pragma: no cover - a leaked instance
+        ray.shutdown()
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": dict(TINY_ENGINE_ENV)},
+    )
+    try:
+        yield ray
+    finally:
+        _shutdown_and_reap(ray)
+
+
+def _shutdown_and_reap(ray: Any, *, grace_s: float = 10.0) -> None:
+    """``ray.shutdown()``, then end this session's own leftover Ray processes.
+
+    Actors holding an in-process vLLM engine sometimes outlive the raylet; they
+    are our children's children, so we collect their ids before shutting down
+    and end only those, by id, after a grace period.
+    """
+    import psutil
+
+    mine = psutil.Process(os.getpid()).children(recursive=True)
+    ray.shutdown()
+    _gone, alive = psutil.wait_procs(mine, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

@@ -1,0 +1,99 @@
+"""The vLLM engine on the tiny model inside a local Ray Data actor pool."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cube_ray.engines import SCORE_CHOICES, VllmEngineConfig, build_engine
+from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric, render_judge
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+
+ROWS = 24
+BATCH = 4
+
+
+class JudgeStage:
+    """Shaped like the pipeline's stages: engine once per actor, score per batch."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.engine = build_engine(VllmEngineConfig.model_validate(config))
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        prompts = [str(p) for p in batch["prompt"]]
+        argmax = self.engine.score(prompts, mode="argmax")
+        expected = self.engine.score(prompts, mode="expected")
+        n = len(prompts)
+        return {
+            "prompt": batch["prompt"],
+            "argmax": [r.score for r in argmax],
+            "argmax_status": [r.status for r in argmax],
+            "argmax_raw": [r.raw for r in argmax],
+            "expected": [r.score for r in expected],
+            "expected_status": [r.status for r in expected],
+            "batch_rows": [n] * n,
+            "pid": [os.getpid()] * n,
+        }
+
+
+def _prompts() -> list[str]:
+    out = []
+    for q in range(ROWS // len(DEFAULT_DIMENSIONS)):
+        for dim in DEFAULT_DIMENSIONS:
+            out.append(
+                render_judge(
+                    f"事项名称: 临时价格干预范围事项提价申报 {q}\n办理时限: {q + 3} 个工作日",
+                    f"How long does item {q} take?",
+                    f"It takes {q + 3} working days.",
+                    default_rubric(dim),
+                )
+            )
+    return out
+
+
+def test_vllm_engine_in_ray_data_actor_pool(
+    ray_local: Any, tiny_model_dir: Path
+) -> None:
+    import ray.cloudpickle
+    import ray.data
+
+    # The stage class lives in this test module, which workers cannot import.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    config = VllmEngineConfig(
+        model=str(tiny_model_dir),
+        max_model_len=1024,
+        enforce_eager=True,
+        env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"},
+    ).model_dump()
+    ds = ray.data.from_items([{"prompt": p} for p in _prompts()]).repartition(3)
+    out = ds.map_batches(
+        JudgeStage,
+        fn_constructor_kwargs={"config": config},
+        batch_size=BATCH,
+        batch_format="numpy",
+        num_cpus=0.5,
+        compute=ray.data.ActorPoolStrategy(min_size=2, max_size=2),
+    ).take_all()
+
+    assert len(out) == ROWS
+    assert {r["argmax_status"] for r in out} == {"ok"}
+    assert {r["expected_status"] for r in out} == {"ok"}
+    # Choice-constrained: the raw text is one of the 11 choices, the score its value.
+    for r in out:
+        assert r["argmax_raw"] in SCORE_CHOICES
+        assert r["argmax"] == float(r["argmax_raw"])
+    # Expected: probability-weighted means, fractional, inside [0, 10].
+    expected = [float(r["expected"]) for r in out]
+    assert all(0.0 <= e <= 10.0 for e in expected)
+    assert any(not math.isclose(e, round(e)) for e in expected)
+    # Several rows per engine call, spread over the pool.
+    assert max(int(r["batch_rows"]) for r in out) > 1
+    assert len({int(r["pid"]) for r in out}) == 2

@@ -1,0 +1,215 @@
+"""BM25 retrieval of the built-in RAG: tokenisation, correctness, index cache."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from cube_ray import schema
+from cube_ray.errors import InputError
+from cube_ray.retrieval import (
+    Bm25Index,
+    build_bm25_index,
+    detect_language,
+    ensure_bm25_index,
+    gold_rank,
+    rrf,
+    tokenize,
+)
+
+# A small corpus with known answers: near-duplicate item names, as in the
+# Guangdong service guides (one document per service item).
+ZH_DOCS = {
+    "d-passport": "事项名称: 普通护照签发\n申请材料: 居民身份证、近期照片\n收费: 120元",
+    "d-passport-renew": (
+        "事项名称: 普通护照换发\n申请材料: 原护照、居民身份证\n收费: 120元"
+    ),
+    "d-idcard": "事项名称: 居民身份证换领\n办理时限: 30个工作日\n收费: 20元",
+    "d-marriage": "事项名称: 内地居民婚姻登记\n办理地点: 民政局婚姻登记处",
+    "d-business": (
+        "事项名称: 个体工商户设立登记\n申请材料: 经营者身份证明、经营场所证明"
+    ),
+    "d-tax": "事项名称: 增值税发票领用\n办理方式: 网上办理\n收费: 无",
+}
+ZH_QUERIES = {
+    "怎么换领居民身份证？要多久？": "d-idcard",
+    "我想办理婚姻登记，去哪里办？": "d-marriage",
+    "开个体工商户需要准备什么材料": "d-business",
+    "旧护照过期了怎么换发新护照": "d-passport-renew",
+    "怎样领用增值税发票": "d-tax",
+}
+EN_DOCS = {
+    "e1": "Passport renewal: bring your old passport and two photos. Fee 75 EUR.",
+    "e2": "Driving licence exchange for foreign licences; medical certificate needed.",
+    "e3": "Register a business: articles of association and proof of address.",
+    "e4": "Birth certificate copies are issued by the civil registry within 3 days.",
+}
+EN_QUERIES = {
+    "How do I renew my passport?": "e1",
+    "exchange a foreign driving licence": "e2",
+    "Where can I get a copy of a birth certificate": "e4",
+}
+
+
+def write_documents(directory: Path, docs: dict[str, str], *, parts: int = 2) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    items = list(docs.items())
+    size = -(-len(items) // parts)
+    for p in range(parts):
+        chunk = items[p * size : (p + 1) * size]
+        pl.DataFrame(
+            {
+                schema.DOC_ID: [d for d, _ in chunk],
+                schema.TITLE: [t.split("\n")[0] for _, t in chunk],
+                schema.TEXT: [t for _, t in chunk],
+                schema.CONTENT_HASH: [str(hash(t)) for _, t in chunk],
+            },
+            schema={
+                schema.DOC_ID: pl.String,
+                schema.TITLE: pl.String,
+                schema.TEXT: pl.String,
+                schema.CONTENT_HASH: pl.String,
+            },
+        ).write_parquet(directory / f"part-{p:03d}.parquet")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def zh_index(tmp_path_factory: pytest.TempPathFactory) -> Bm25Index:
+    docs = write_documents(tmp_path_factory.mktemp("zh") / "documents", ZH_DOCS)
+    return Bm25Index(ensure_bm25_index(docs, index_root=docs.parent / "index"))
+
+
+def test_tokenize_chinese_and_english() -> None:
+    assert tokenize("居民身份证换领", language="zh") == [
+        "居民",
+        "身份",
+        "身份证",
+        "居民身份证",
+        "换领",
+    ]
+    # NFKC: full-width digits and letters become ASCII; punctuation is dropped.
+    assert tokenize("收费５０元，ＡＢＣ。", language="zh") == [
+        "收费",
+        "50",
+        "元",
+        "abc",
+    ]
+    # Question words carry no topic and are dropped.
+    assert "什么" not in tokenize("需要什么材料", language="zh")
+    assert tokenize("The Passports, of 2024!", language="en") == ["passports", "2024"]
+    assert detect_language(ZH_DOCS.values()) == "zh"
+    assert detect_language(EN_DOCS.values()) == "en"
+
+
+def test_chinese_retrieval_known_answers(zh_index: Bm25Index) -> None:
+    assert zh_index.language == "zh"
+    for query, gold in ZH_QUERIES.items():
+        hits = zh_index.search(query, k=3)
+        assert hits[0].doc_id == gold, (query, [h.doc_id for h in hits])
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # Near-duplicates stay distinguishable: 签发 vs 换发.
+    assert zh_index.search("护照签发", k=1)[0].doc_id == "d-passport"
+    # Documents sharing no term are never returned; k caps the list.
+    assert zh_index.search("量子力学", k=5) == []
+    assert len(zh_index.search("收费", k=2)) == 2
+    hit = zh_index.search("婚姻登记", k=1)[0]
+    assert zh_index.texts([hit.index]) == [ZH_DOCS["d-marriage"]]
+
+
+def test_english_retrieval_known_answers(tmp_path: Path) -> None:
+    docs = write_documents(tmp_path / "documents", EN_DOCS, parts=1)
+    index = Bm25Index(ensure_bm25_index(docs, index_root=tmp_path / "index"))
+    assert index.language == "en"
+    ranks = [
+        gold_rank([h.doc_id for h in index.search(q, k=4)], g)
+        for q, g in EN_QUERIES.items()
+    ]
+    assert ranks == [1, 1, 1]
+
+
+def test_scores_match_bm25s(tmp_path: Path) -> None:
+    bm25s = pytest.importorskip("bm25s")
+    ids, texts = list(ZH_DOCS), list(ZH_DOCS.values())
+    build_bm25_index([(ids, texts)], tmp_path / "idx", language="zh", k1=1.2, b=0.7)
+    ours = Bm25Index(tmp_path / "idx")
+    reference = bm25s.BM25(k1=1.2, b=0.7, method="lucene")
+    reference.index([tokenize(t, language="zh") for t in texts], show_progress=False)
+    # bm25s also reads the saved files.
+    loaded = bm25s.BM25.load(str(tmp_path / "idx"))
+    for query in ZH_QUERIES:
+        tokens = [
+            t for t in tokenize(query, language="zh") if t in reference.vocab_dict
+        ]
+        expected = reference.get_scores(tokens)
+        np.testing.assert_allclose(ours.scores(query), expected, rtol=1e-5)
+        ids_loaded = [
+            t for t in tokenize(query, language="zh") if t in loaded.vocab_dict
+        ]
+        np.testing.assert_allclose(loaded.get_scores(ids_loaded), expected, rtol=1e-5)
+
+
+def test_results_do_not_depend_on_document_order(tmp_path: Path) -> None:
+    forward = write_documents(tmp_path / "a" / "documents", ZH_DOCS, parts=1)
+    backward = write_documents(
+        tmp_path / "b" / "documents", dict(reversed(ZH_DOCS.items())), parts=3
+    )
+    ia = Bm25Index(ensure_bm25_index(forward, index_root=tmp_path / "ia"))
+    ib = Bm25Index(ensure_bm25_index(backward, index_root=tmp_path / "ib"))
+    for query in [*ZH_QUERIES, "收费", "申请材料 身份证"]:
+        a = [(h.doc_id, round(h.score, 5)) for h in ia.search(query, k=6)]
+        b = [(h.doc_id, round(h.score, 5)) for h in ib.search(query, k=6)]
+        assert a == b
+
+
+def test_index_built_once_and_rebuilt_on_change(tmp_path: Path) -> None:
+    docs = write_documents(tmp_path / "documents", ZH_DOCS)
+    root = tmp_path / "index"
+    paths: list[Path] = []
+
+    def build() -> None:
+        paths.append(ensure_bm25_index(docs, index_root=root))
+
+    threads = [threading.Thread(target=build) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 1
+    built = [p for p in root.iterdir() if p.name.startswith("bm25-")]
+    assert built == paths[:1]
+    assert not [p for p in root.iterdir() if p.name.startswith(".tmp")]
+    meta = json.loads((paths[0] / "meta.json").read_text())
+    assert meta["num_docs"] == len(ZH_DOCS)
+    stamp = (paths[0] / "meta.json").stat().st_mtime_ns
+    assert ensure_bm25_index(docs, index_root=root) == paths[0]
+    assert (paths[0] / "meta.json").stat().st_mtime_ns == stamp
+    # A changed document changes the key: a new index, the old one untouched.
+    changed = dict(ZH_DOCS, **{"d-tax": "事项名称: 增值税发票代开"})
+    write_documents(docs, changed)
+    other = ensure_bm25_index(docs, index_root=root)
+    assert other != paths[0]
+    assert Bm25Index(other).search("代开", k=1)[0].doc_id == "d-tax"
+
+
+def test_bad_documents(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="documents not found"):
+        ensure_bm25_index(tmp_path / "none", index_root=tmp_path / "i")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pl.DataFrame({"id": ["x"], "text": ["y"]}).write_parquet(bad / "p.parquet")
+    with pytest.raises(InputError, match=r"lacks column\(s\)"):
+        ensure_bm25_index(bad, index_root=tmp_path / "i")
+    with pytest.raises(InputError, match="duplicate doc_id 'a'"):
+        build_bm25_index([(["a", "a"], ["x", "y"])], tmp_path / "dup", language="en")
+    with pytest.raises(InputError, match="not a complete BM25 index"):
+        Bm25Index(tmp_path / "dup")
+
+
+def test_rrf_fuses_rankings() -> None:
+    assert rrf([["a", "b", "c"], ["b", "c", "a"], ["b"]], k=60, top_n=2) == ["b", "a"]
