@@ -123,7 +123,8 @@ def pandas_summary(
     rag_systems = sorted(
         str(s) for s in answers["system"].unique() if str(s).startswith("rag")
     )
-    ans = answers[answers["system"].isin(rag_systems)][["question_id", "system", "rank"]]
+    cols = ["question_id", "system", "rank"]
+    ans = answers[answers["system"].isin(rag_systems)][cols]
     ans = ans.assign(rank_score=np.where(ans["rank"] >= 1, k + 2 - ans["rank"], 0))
     recall = ans.groupby("system", observed=True)["rank"].apply(
         lambda r: float((r >= 1).mean())
@@ -274,8 +275,7 @@ def main() -> None:
     ru_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"agree: {n} figures, max |diff| {worst:.2e} (tolerance 1e-9)")
     print(
-        f"speed-up {t_pandas / t_ours:.1f}x; process peak RSS "
-        f"{ru_peak / 2**30:.2f} GiB"
+        f"speed-up {t_pandas / t_ours:.1f}x; process peak RSS {ru_peak / 2**30:.2f} GiB"
     )
     cube = ours["across_judges"]["rag"]["cube"]
     print(f"CuBE(rag) = {cube['mean']:.3f} +- {cube['sd']:.3f}")

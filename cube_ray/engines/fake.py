@@ -109,9 +109,7 @@ class FakeEngine:
                 score = round(d[0] / 255 * 10, 3)
             else:
                 score = float(d[0] % 11)
-            out.append(
-                ScoreResult(score, raw=f"{score:g}", prompt_tokens=len(prompt))
-            )
+            out.append(ScoreResult(score, raw=f"{score:g}", prompt_tokens=len(prompt)))
         return out
 
     def close(self) -> None:

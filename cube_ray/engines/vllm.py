@@ -112,7 +112,9 @@ class VllmEngine:
                 "tokenizer has no chat template; use prompt_format: completion"
             )
             raise EngineError(msg)
-        self.chat = prompt_format == "chat" or (prompt_format == "auto" and has_template)
+        self.chat = prompt_format == "chat" or (
+            prompt_format == "auto" and has_template
+        )
         self._ensure_bos = ensure_bos
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.ten_is_one_token = len(self._encode_plain("10")) == 1

@@ -106,9 +106,9 @@ h2 { font-size: 1.25rem; margin: 32px 0 10px; padding-bottom: 4px;
   border-bottom: 2px solid var(--accent); }
 h3 { font-size: 1.05rem; margin: 22px 0 8px; }
 .meta { color: var(--muted); font-size: .9rem; margin: 0 0 12px; }
-nav.toc { font-size: .9rem; margin: 8px 0 14px; }
-nav.toc a { margin-right: 14px; color: var(--accent); text-decoration: none;
-  white-space: nowrap; }
+nav.toc { font-size: .9rem; margin: 8px 0 14px; display: flex;
+  flex-wrap: wrap; gap: 2px 14px; }
+nav.toc a { color: var(--accent); text-decoration: none; white-space: nowrap; }
 .cards { display: grid; gap: 14px;
   grid-template-columns: repeat(auto-fit, minmax(250px, 1fr)); }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 14px 16px;
@@ -148,8 +148,18 @@ footer { color: var(--muted); font-size: .8rem; padding: 24px 20px; }
   section { break-inside: auto; }
   figure, .card, tr { break-inside: avoid; }
   .tablewrap { overflow: visible; }
-  details > :not(summary) { display: block; }
+}
+@media print {
   a { color: inherit; text-decoration: none; }
+  table { width: 100%; }
+  td .long { max-width: none; }
+}
+@supports selector(details::details-content) {
+  @media print {
+    /* Closed <details> print their full text instead of the preview. */
+    details::details-content { content-visibility: visible; display: block; }
+    details summary { display: none; }
+  }
 }
 """
 

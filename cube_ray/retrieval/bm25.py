@@ -23,10 +23,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ from cube_ray.retrieval.tokenize import (
     Language,
     detect_language,
     tokenize,
+    tokenize_many,
 )
 
 __all__ = [
@@ -117,6 +121,38 @@ def documents_fingerprint(documents_path: str | Path) -> str:
     return h.hexdigest()
 
 
+def _tokenized(
+    batches: Iterable[tuple[Sequence[str], Sequence[str]]],
+    *,
+    language: Language,
+    workers: int,
+) -> Iterator[tuple[Sequence[str], Sequence[str], list[list[str]]]]:
+    """Batches with their tokens, in order; tokenised in worker processes if > 1.
+
+    Tokenisation (jieba) is pure-Python and CPU-bound, so processes, not threads.
+    At most ``2 * workers`` batches are in flight, which bounds memory.
+    """
+    if workers <= 1:
+        for ids, texts in batches:
+            yield ids, texts, tokenize_many(texts, language=language)
+        return
+    # spawn, not fork: the caller may be a threaded Ray actor.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        pending: deque[tuple[Sequence[str], Sequence[str], Future[list[list[str]]]]] = (
+            deque()
+        )
+        for ids, texts in batches:
+            fut = pool.submit(tokenize_many, list(texts), language=language)
+            pending.append((ids, texts, fut))
+            if len(pending) >= 2 * workers:
+                ids0, texts0, fut0 = pending.popleft()
+                yield ids0, texts0, fut0.result()
+        while pending:
+            ids0, texts0, fut0 = pending.popleft()
+            yield ids0, texts0, fut0.result()
+
+
 def build_bm25_index(
     batches: Iterable[tuple[Sequence[str], Sequence[str]]],
     out_dir: str | Path,
@@ -124,6 +160,7 @@ def build_bm25_index(
     language: Language,
     k1: float = 1.5,
     b: float = 0.75,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Build a BM25 index from ``(doc_ids, texts)`` batches into ``out_dir``.
 
@@ -133,6 +170,7 @@ def build_bm25_index(
         language: Tokeniser language (see :mod:`cube_ray.retrieval.tokenize`).
         k1: BM25 term-frequency saturation.
         b: BM25 length normalisation.
+        workers: Tokeniser processes (1: tokenise in this process).
 
     Returns:
         The metadata written to ``meta.json``.
@@ -154,19 +192,18 @@ def build_bm25_index(
         [pa.field(schema.DOC_ID, pa.string()), pa.field(schema.TEXT, pa.string())]
     )
     with ipc.new_file(str(out / _DOCS), docs_schema) as writer:
-        for doc_ids, texts in batches:
+        for doc_ids, texts, tokens in _tokenized(
+            batches, language=language, workers=workers
+        ):
             batch_tok: list[npt.NDArray[np.int32]] = []
             batch_doc: list[npt.NDArray[np.int32]] = []
             batch_tf: list[npt.NDArray[np.float32]] = []
-            for doc_id, text in zip(doc_ids, texts, strict=True):
+            for doc_id, doc_tokens in zip(doc_ids, tokens, strict=True):
                 if doc_id in seen_ids:
                     msg = f"duplicate doc_id {doc_id!r} in the documents"
                     raise InputError(msg, field=schema.DOC_ID)
                 seen_ids.add(doc_id)
-                ids = [
-                    vocab.setdefault(t, len(vocab))
-                    for t in tokenize(text or "", language=language)
-                ]
+                ids = [vocab.setdefault(t, len(vocab)) for t in doc_tokens]
                 lengths.append(len(ids))
                 if ids:
                     uniq, counts = np.unique(
@@ -336,6 +373,7 @@ def ensure_bm25_index(
     language: Language | None = None,
     k1: float = 1.5,
     b: float = 0.75,
+    workers: int = 1,
 ) -> Path:
     """The directory of the BM25 index of a documents table, built if needed.
 
@@ -351,6 +389,7 @@ def ensure_bm25_index(
         language: Tokeniser language; None detects it from the first documents.
         k1: BM25 term-frequency saturation.
         b: BM25 length normalisation.
+        workers: Tokeniser processes for a build.
     """
     root = Path(index_root)
     fingerprint = documents_fingerprint(documents_path)
@@ -382,7 +421,9 @@ def ensure_bm25_index(
                 )
 
         try:
-            build_bm25_index(batches(), tmp, language=language, k1=k1, b=b)
+            build_bm25_index(
+                batches(), tmp, language=language, k1=k1, b=b, workers=workers
+            )
             tmp.rename(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

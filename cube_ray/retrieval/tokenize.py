@@ -212,7 +212,7 @@ def tokenize(text: str, *, language: Language) -> list[str]:
 
 def tokenize_many(texts: Sequence[str], *, language: Language) -> list[list[str]]:
     """:func:`tokenize` over a sequence of texts."""
-    return [tokenize(t, language=language) for t in texts]
+    return [tokenize(t or "", language=language) for t in texts]
 
 
 def detect_language(texts: Iterable[str]) -> Language:

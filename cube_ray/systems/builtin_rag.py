@@ -168,5 +168,6 @@ def open_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Bm25In
         language=None if config.language == "auto" else config.language,
         k1=config.k1,
         b=config.b,
+        workers=config.index_workers,
     )
     return Bm25Index(path)

@@ -77,6 +77,9 @@ class BuiltinRagSystemConfig(_SystemBase):
     index_dir: str | None = None
     """Where indexes are kept (one sub-directory per corpus and settings);
     default: ``index/`` beside the run's ``documents/``."""
+    index_workers: int = Field(1, ge=1)
+    """Processes that tokenise documents while the index is built (jieba is the
+    bottleneck of a build; use the actor's CPUs on large corpora)."""
     max_reference_chars: int | None = Field(None, ge=1)
     """Cut each retrieved document to this many characters in the answer prompt
     (for small context windows); default: whole documents, as the full bound."""

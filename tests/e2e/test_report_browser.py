@@ -88,6 +88,15 @@ def _build_run(root: Path) -> Path:
         .otherwise(pl.col(schema.ANSWER))
         .alias(schema.ANSWER)
     ).write_parquet(run / "answers" / "part-0.parquet")
+    # Human ratings (judge-a's scores of 30 questions) fill every section.
+    scores = pl.read_parquet(WORKED / "scores.parquet").filter(
+        (pl.col(schema.JUDGE) == "judge-a")
+        & pl.col(schema.SCORE).is_not_null()
+        & pl.col(schema.QUESTION_ID).is_in(questions[schema.QUESTION_ID][:30].implode())
+    )
+    scores.select(
+        schema.QUESTION_ID, schema.SYSTEM, schema.DIMENSION, schema.SCORE
+    ).write_csv(run / "human.csv")
     return run
 
 
@@ -174,7 +183,9 @@ def browser(tmp_path: Path) -> Iterator[_Cdp]:
 
 def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
     run = _build_run(tmp_path)
-    paths = write_report(run, baselines=True, n_resamples=300)
+    paths = write_report(
+        run, baselines=True, human_ratings=run / "human.csv", n_resamples=300
+    )
     summary = json.loads((run / "summary.json").read_text())
 
     target = browser.send("Target.createTarget", {"url": "about:blank"})
@@ -216,10 +227,24 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
           plots: [...document.querySelectorAll('figure.plot')].map(f => ({
              id: f.dataset.plot, w: f.querySelector('img').naturalWidth})),
           scripts: document.scripts.length,
+          sections: [...document.querySelectorAll('main > section')].map(s => s.id),
           overflow: document.documentElement.scrollWidth
                     - document.documentElement.clientWidth,
           probe: document.body.textContent.includes('document.title="pwned"'),
         }))()"""
+    )
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1024, "height": 768, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
+    )
+    narrow_overflow = evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1366, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
     )
     screenshot = _screenshot(browser, session)
     (tmp_path / "report.png").write_bytes(screenshot)
@@ -263,6 +288,7 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
     assert info["scripts"] == 0
     assert info["probe"], "the escaped probe text should be visible as text"
     assert info["overflow"] <= 0, "page wider than a 1366 px laptop screen"
+    assert narrow_overflow <= 0, "page wider than a 1024 px screen"
     assert info["headline"]
     expected_cards = {
         s: f"{v['cube']['mean']:.1f}" for s, v in summary["across_judges"].items()
@@ -278,6 +304,19 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
         "fig-variants",
     }
     assert all(p["w"] > 100 for p in info["plots"])
+    assert info["sections"] == [
+        "headline",
+        "judges",
+        "distributions",
+        "retrieval",
+        "bounds",
+        "variants",
+        "agreement",
+        "humans",
+        "baselines",
+        "worst",
+        "details",
+    ]
 
 
 def _screenshot(browser: _Cdp, session: str) -> bytes:

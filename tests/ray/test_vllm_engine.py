@@ -48,7 +48,7 @@ def _prompts() -> list[str]:
         for dim in DEFAULT_DIMENSIONS:
             out.append(
                 render_judge(
-                    f"事项名称: 临时价格干预范围事项提价申报 {q}\n办理时限: {q + 3} 个工作日",
+                    f"事项名称: 临时价格干预事项提价申报 {q}\n时限: {q + 3} 个工作日",
                     f"How long does item {q} take?",
                     f"It takes {q + 3} working days.",
                     default_rubric(dim),

@@ -155,7 +155,7 @@ def test_summary_only_run(tmp_path: Path) -> None:
     run = _worked_run(tmp_path / "run", tables=False)
     paths = write_report(run)
     html = paths.html.read_text()
-    assert _plots(html) == {"fig-cube", "fig-bounds"}
+    assert _plots(html) == {"fig-cube", "fig-bounds", "fig-variants"}
     assert "no bootstrap interval" in html
 
 
@@ -185,8 +185,8 @@ def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html = out.read_text()
     assert _plots(html) == {"fig-compare"}
     # Same directory names: the full paths tell the runs apart.
-    assert html.count(f"{a}:rag@bm25") >= 1
-    assert html.count(f"{b}:rag@hybrid") >= 1
+    assert f"<td>{a}</td><td>rag@bm25</td>" in html
+    assert f"<td>{b}</td><td>rag@hybrid</td>" in html
     md = out.with_suffix(".md").read_text()
     assert "44.97" in md
     with pytest.raises(InputError):

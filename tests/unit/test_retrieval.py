@@ -213,3 +213,14 @@ def test_bad_documents(tmp_path: Path) -> None:
 
 def test_rrf_fuses_rankings() -> None:
     assert rrf([["a", "b", "c"], ["b", "c", "a"], ["b"]], k=60, top_n=2) == ["b", "a"]
+
+
+@pytest.mark.slow
+def test_parallel_tokenisation_builds_the_same_index(tmp_path: Path) -> None:
+    ids, texts = list(ZH_DOCS), list(ZH_DOCS.values())
+    batches = [(ids[i : i + 2], texts[i : i + 2]) for i in range(0, len(ids), 2)]
+    build_bm25_index(batches, tmp_path / "one", language="zh")
+    build_bm25_index(batches, tmp_path / "two", language="zh", workers=2)
+    one, two = Bm25Index(tmp_path / "one"), Bm25Index(tmp_path / "two")
+    for query in ZH_QUERIES:
+        np.testing.assert_array_equal(one.scores(query), two.scores(query))

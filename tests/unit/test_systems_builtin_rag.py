@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -108,22 +107,16 @@ def test_max_reference_chars_cuts_documents(documents: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_real_vllm_engine_answers(
-    documents: Path, request: pytest.FixtureRequest
+    documents: Path, tiny_model_dir: Path, tiny_engine_env: dict[str, str]
 ) -> None:
     """The built-in RAG with a real (tiny, random-weight) vLLM engine."""
-    try:
-        model_dir = request.getfixturevalue("tiny_model_dir")
-    except pytest.FixtureLookupError:
-        pytest.skip("fixture tiny_model_dir (tests/conftest.py) does not exist yet")
     pytest.importorskip("vllm")
     from cube_ray.engines import VllmEngineConfig
 
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     generator = VllmEngineConfig(
-        model=str(model_dir),
+        model=str(tiny_model_dir),
         enforce_eager=True,
         max_model_len=2048,
         sampling={"max_tokens": 8},  # type: ignore[arg-type]
