@@ -19,12 +19,14 @@ $(STAMP): pyproject.toml
 	-$(BIN)/python -m pip uninstall --quiet -y $(BROKEN_CUDA_PKGS)
 	touch $(STAMP)
 
-# Debian's Chromium for the report's headless-browser test (root machines only).
+# Debian's Chromium for the report's headless-browser test, and a CJK font so that
+# Chinese names render in the report's plots (root machines with apt only).
+SYSDEPS := chromium fonts-wqy-microhei
 sysdeps:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium not found: the browser test will be skipped"; fi; }
+	@if command -v chromium >/dev/null 2>&1 && fc-list 2>/dev/null | grep -qi wqy; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSDEPS) >/dev/null; \
+	else echo "chromium or a CJK font is missing: the browser test may be skipped"; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

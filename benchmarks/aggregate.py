@@ -34,7 +34,7 @@ import polars as pl
 import psutil
 from scipy import stats
 
-from cube_ray.aggregate import AggregateOptions, summarize
+from cube_ray.aggregate import AggregateOptions, _summary, summarize
 
 SYSTEMS = ["zero", "full", "rag"]
 DIMS = ["relevance", "specificity", "completeness", "quality"]
@@ -224,7 +224,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fractional", action="store_true")
     parser.add_argument("--repeat", type=int, default=1, help="cube_ray runs (best)")
+    parser.add_argument(
+        "--path",
+        choices=("auto", "histogram", "rows"),
+        default="auto",
+        help="force cube_ray's computation path (default: chosen from the data)",
+    )
     args = parser.parse_args()
+    if args.path != "auto":
+        limit = 2**62 if args.path == "histogram" else -1
+        _summary._HISTOGRAM_MAX_DISTINCT = limit  # type: ignore[attr-defined]
 
     rss = PeakRss()
     t0 = time.perf_counter()
@@ -235,7 +244,7 @@ def main() -> None:
     print(
         f"questions={args.questions:,} score_rows={scores.height:,} "
         f"data={scores.estimated_size() / 2**30:.2f} GiB build={t_build:.1f}s "
-        f"threads={pl.thread_pool_size()} cpus={os.cpu_count()}"
+        f"threads={pl.thread_pool_size()} cpus={os.cpu_count()} path={args.path}"
     )
 
     options = AggregateOptions(k=8, trim=args.trim)

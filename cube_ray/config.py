@@ -233,8 +233,13 @@ class RayConfig(StrictModel):
     """Rows per block when the driver builds documents and questions."""
     join_partitions: int | None = Field(default=None, ge=1)
     """Partitions of the hash joins; None sizes them from the row count."""
-    task_num_cpus: float = Field(default=0.25, gt=0)
-    """CPUs per light task (hashing, expanding rows)."""
+    task_num_cpus: float = Field(default=0.5, gt=0)
+    """CPUs per light task (hashing, expanding rows, join aggregators)."""
+    write_rows: int = Field(default=8192, ge=1)
+    """Rows per Parquet part file written by the driver."""
+    flush_seconds: float = Field(default=10.0, gt=0)
+    """Longest time finished rows wait on the driver before being written (what
+    a crash can lose)."""
     progress: bool = True
     """Show a progress bar per stage."""
 

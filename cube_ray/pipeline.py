@@ -35,6 +35,7 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import json
+import re
 import shutil
 import sys
 import time
@@ -102,14 +103,25 @@ _CUR_HASH = "_cur_hash"
 # --- part files ---------------------------------------------------------------
 
 
-def part_files(table_dir: Path) -> list[Path]:
-    """The complete part files of a table directory, oldest first.
+def part_files(table_dir: Path, stage: str | None = None) -> list[Path]:
+    """The complete part files of a table directory (of one stage), oldest first.
 
     Temporary files (``.tmp-*``, being written or left by a crash) are ignored.
     """
     if not table_dir.is_dir():
         return []
-    return sorted(p for p in table_dir.glob("part-*.parquet") if p.is_file())
+    files = sorted(p for p in table_dir.glob("part-*.parquet") if p.is_file())
+    if stage is None:
+        return files
+    pattern = re.compile(
+        rf"^part-\d{{8}}T\d+Z-{re.escape(_safe(stage))}-\d{{6}}\.parquet$"
+    )
+    return [p for p in files if pattern.match(p.name)]
+
+
+def _safe(stage: str) -> str:
+    """A stage label as it appears in part file names."""
+    return "".join(c if c.isalnum() or c in "-_@." else "_" for c in stage)
 
 
 def _rows_in(files: list[Path]) -> int:
@@ -136,7 +148,7 @@ class PartWriter:
         max_seconds: float = 10.0,
     ) -> None:
         self.table_dir = table_dir
-        self._stem = f"part-{run_stamp}-{stage.replace('/', '_')}"
+        self._stem = f"part-{run_stamp}-{_safe(stage)}"
         self._schema = schema_
         self._max_rows = max_rows
         self._max_seconds = max_seconds
@@ -246,10 +258,6 @@ class RunOptions:
     """Re-run rows whose status is not ``ok``."""
     progress: bool | None = None
     """Progress bars; None uses ``ray.progress`` of the config."""
-    write_rows: int = 8192
-    """Rows per part file."""
-    flush_seconds: float = 10.0
-    """Longest time rows wait in the driver before being written."""
     report: bool = True
     """Write report.html/report.md when ``cube_ray.report`` is available."""
 
@@ -377,6 +385,15 @@ def _blocks(ds: Dataset) -> Iterator[pa.Table]:
         yield cast("pa.Table", block)
 
 
+def _keep_current(batch: pa.Table) -> pa.Table:
+    """Rows whose hash is current, or whose key the current input lacks."""
+    import pyarrow.compute as pc
+
+    cur = batch.column(_CUR_HASH)
+    ok = pc.or_(pc.is_null(cur), pc.equal(batch.column(schema.CONTENT_HASH), cur))
+    return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])
+
+
 def _status_ok(row: dict[str, Any]) -> bool:
     return bool(row[schema.STATUS] == schema.STATUS_OK)
 
@@ -486,7 +503,7 @@ class _Driver:
         self.stats[label] = stats
         start = time.monotonic()
         table_dir = self.table_dir(table)
-        existing = part_files(table_dir)
+        existing = part_files(table_dir, label)
         todo = inputs
         if existing:
             cols = [*key, schema.CONTENT_HASH]
@@ -521,8 +538,8 @@ class _Driver:
             run_stamp=self.stamp,
             stage=label,
             schema_=out_schema,
-            max_rows=self.options.write_rows,
-            max_seconds=self.options.flush_seconds,
+            max_rows=self.config.ray.write_rows,
+            max_seconds=self.config.ray.flush_seconds,
         )
         bar = _Progress(self.progress, label, expected - stats.skipped)
         try:
@@ -549,55 +566,53 @@ class _Driver:
             bar.close()
         stats.written = writer.rows
         if existing and writer.rows:
-            self.compact(table, inputs, expected)
+            self.compact(table, label, inputs, expected)
         stats.seconds = time.monotonic() - start
         self._say(
             f"{label}: {writer.rows} rows written, {stats.skipped} skipped "
             f"({stats.seconds:.1f} s)"
         )
 
-    def compact(self, table: str, inputs: Dataset, expected: int) -> None:
-        """Drop rows whose key is in ``inputs`` with another hash (stale rows)."""
+    def compact(self, table: str, label: str, inputs: Dataset, expected: int) -> None:
+        """Drop a stage's rows whose key is in ``inputs`` with another hash.
+
+        Such rows are stale after a config or corpus change. The kept rows are
+        written as new part files of the stage before the old ones are removed.
+        """
+        import ray.data
+
         key = KEYS[table]
         table_dir = self.table_dir(table)
-        files = part_files(table_dir)
+        files = part_files(table_dir, label)
         rows = _rows_in(files)
         current = inputs.select_columns([*key, INPUT_HASH]).rename_columns(
             {INPUT_HASH: _CUR_HASH}
         )
-        joined = self.join(
-            self.read(table), current, "left_outer", key, rows + expected
+        mine = ray.data.read_parquet(
+            [str(f) for f in files], file_extensions=None, partitioning=None
         )
-
-        def keep(batch: pa.Table) -> pa.Table:
-            import pyarrow.compute as pc
-
-            cur = batch.column(_CUR_HASH)
-            ok = pc.or_(
-                pc.is_null(cur), pc.equal(batch.column(schema.CONTENT_HASH), cur)
-            )
-            return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])
-
-        kept = joined.map_batches(keep, batch_format="pyarrow")
+        joined = self.join(mine, current, "left_outer", key, rows + expected)
+        kept = joined.map_batches(_keep_current, batch_format="pyarrow")
         staging = self.run_dir / f".staging-{table}-{uuid.uuid4().hex[:8]}"
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         writer = PartWriter(
             staging,
-            run_stamp=self.stamp,
-            stage="compact",
+            run_stamp=stamp,
+            stage=label,
             schema_=None,
-            max_rows=self.options.write_rows,
+            max_rows=self.config.ray.write_rows,
+            max_seconds=1e9,
         )
-        n = 0
         for block in _blocks(kept):
             writer.write(block)
-            n += block.num_rows
         writer.flush()
-        if n != rows:
-            staging.mkdir(parents=True, exist_ok=True)
-            _swap_dir(staging, table_dir)
-            self._say(f"{table}: dropped {rows - n} stale rows")
-        else:
-            shutil.rmtree(staging, ignore_errors=True)
+        if writer.rows != rows:
+            for new in writer.files:
+                new.replace(table_dir / new.name)
+            for old in files:
+                old.unlink()
+            self._say(f"{label}: dropped {rows - writer.rows} stale rows")
+        shutil.rmtree(staging, ignore_errors=True)
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -619,7 +634,7 @@ class _Driver:
             run_stamp=self.stamp,
             stage=DOCUMENTS,
             schema_=schema.DOCUMENTS_SCHEMA,
-            max_rows=max(self.options.write_rows, 65536),
+            max_rows=max(self.config.ray.write_rows, 65536),
             max_seconds=1e9,
         )
         try:

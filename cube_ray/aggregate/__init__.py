@@ -13,10 +13,12 @@ from cube_ray.aggregate._math import (
     histogram,
     normalise,
     pearson,
+    pearson_exprs,
     pearson_weights,
     rank_scores,
     recall_at_k,
     trim_count,
+    trimmed_mean_exprs,
     trimmed_means,
 )
 from cube_ray.aggregate._options import AggregateOptions, WeightsError
@@ -33,10 +35,12 @@ __all__ = [
     "histogram",
     "normalise",
     "pearson",
+    "pearson_exprs",
     "pearson_weights",
     "rank_scores",
     "recall_at_k",
     "summarize",
     "trim_count",
+    "trimmed_mean_exprs",
     "trimmed_means",
 ]

@@ -5,14 +5,17 @@ out, a ``LazyFrame`` in gives a ``LazyFrame`` out) or builds expressions; none r
 or writes files. They are written so that a study of millions of questions runs in
 a few passes over the score rows:
 
-* scores are first compressed into *histograms*, one row per group and distinct
-  score value with its count (judges give a handful of distinct values, so 96
-  million score rows collapse into a few thousand rows), and
-* trimmed means and Pearson correlations are then computed exactly from those
-  counts. Sorting happens only on the small histogram, never on the score rows,
-  and the result equals ``scipy.stats.trim_mean`` / ``scipy.stats.pearsonr`` on the
-  raw rows (up to floating-point summation order). With fractional scores the
-  histogram simply has more rows; the result stays exact.
+* when scores take few distinct values (judges' integer scores), the rows are
+  first compressed into *histograms*: one row per group and distinct score value
+  with its count, so 96 million score rows collapse into a few thousand rows,
+  and trimmed means and Pearson correlations are computed exactly from those
+  counts (``count=`` argument). Sorting happens only on the small histogram.
+* otherwise (continuous expected-value scores) the trimmed ends of each group
+  are found by linear-time partial selection (``top_k`` / ``bottom_k``) inside a
+  single ``group_by``; nothing is fully sorted.
+
+Both agree with ``scipy.stats.trim_mean`` / ``scipy.stats.pearsonr`` on the raw
+rows up to floating-point summation order.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ __all__ = [
     "histogram",
     "normalise",
     "pearson",
+    "pearson_exprs",
     "pearson_weights",
     "rank_scores",
     "recall_at_k",
     "trim_count",
+    "trimmed_mean_exprs",
     "trimmed_means",
 ]
 
@@ -154,8 +159,10 @@ def trimmed_means(
     averaged. Groups without any value do not appear in the result.
 
     Args:
-        frame: Either raw rows (``count=None``) or a histogram whose ``count``
-            column gives each row's multiplicity (see :func:`histogram`).
+        frame: Either raw rows (``count=None``; linear-time selection of the
+            trimmed ends) or a histogram whose ``count`` column gives each row's
+            multiplicity (see :func:`histogram`; only distinct values are
+            sorted, much faster when scores take few distinct values).
         by: Grouping columns (may be empty: one group).
         trim: Proportion cut from each end, ``0 <= trim < 0.5``.
         value: The column to average.
@@ -184,14 +191,85 @@ def trimmed_means(
     """
     if not 0 <= trim < 0.5:
         raise ValueError(f"trim must satisfy 0 <= trim < 0.5, got {trim}")
-    lf = frame.lazy()
-    if count is None:
-        lf = histogram(lf, by=by, value=value)
-        count = COUNT
-    else:
-        lf = lf.filter(pl.col(value).is_not_null())
     keys: list[str]
-    lf, keys = _with_group(lf, by)
+    lf, keys = _with_group(frame.lazy(), by)
+    if count is None:
+        result = _trimmed_rows(lf, keys, trim=trim, value=value)
+    else:
+        result = _trimmed_histogram(lf, keys, trim=trim, value=value, count=count)
+    return _finish(frame, _drop_group(result, by))
+
+
+def trimmed_mean_exprs(values: pl.Expr, *, trim: float) -> tuple[pl.Expr, pl.Expr]:
+    """Aggregation expressions ``(n, trimmed mean)`` of one group's raw values.
+
+    Missing values are left out. The kept sum is the total minus the ``cut``
+    smallest and the ``cut`` largest values, found by partial selection
+    (``bottom_k`` / ``top_k``, linear time, as ``scipy.stats.trim_mean`` does
+    with ``np.partition``); nothing is fully sorted. Use inside ``group_by().agg``
+    to fuse several figures into one pass.
+
+    Args:
+        values: The values (may contain nulls), e.g. ``pl.col("score")`` or
+            ``pl.col("score").filter(pl.col("rank") >= 1)``.
+        trim: Proportion cut from each end, ``0 <= trim < 0.5``.
+
+    Returns:
+        ``n`` (Int64) and the trimmed mean (Float64, null when ``n == 0``).
+
+    Examples:
+        >>> n, tm = trimmed_mean_exprs(pl.col("v"), trim=0.25)
+        >>> pl.DataFrame({"v": [9.0, 1.0, None, 2.0, 3.0]}).select(n, tm).row(0)
+        (4, 2.5)
+    """
+    v = values.cast(pl.Float64).drop_nulls()
+    n = v.len().cast(pl.Int64)
+    cut = trim_count(n, trim)
+    kept_sum = v.sum() - v.top_k(cut).sum() - v.bottom_k(cut).sum()
+    mean = pl.when(n > 0).then(kept_sum / (n - 2 * cut)).otherwise(None)
+    return n.alias(N), mean.alias(TRIMMED_MEAN)
+
+
+def pearson_exprs(x: pl.Expr, y: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """Aggregation expressions ``(n, r)``: Pearson r of one group's raw pairs.
+
+    Pairs with a missing value are left out; ``r`` is null with fewer than two
+    pairs or a constant column. Use inside ``group_by().agg``.
+
+    Args:
+        x: First variable.
+        y: Second variable.
+
+    Returns:
+        ``n`` (Int64, pairs used) and ``r`` (Float64 or null).
+
+    Examples:
+        >>> n, r = pearson_exprs(pl.col("x"), pl.col("y"))
+        >>> df = pl.DataFrame({"x": [1, 2, 3, 4], "y": [2.0, 4.0, None, 8.0]})
+        >>> df.select(n, r).row(0)
+        (3, 1.0)
+    """
+    both = x.is_not_null() & y.is_not_null()
+    xs = x.cast(pl.Float64).filter(both)
+    ys = y.cast(pl.Float64).filter(both)
+    n = xs.len().cast(pl.Int64)
+    defined = (n >= 2) & (xs.min() != xs.max()) & (ys.min() != ys.max())
+    r = pl.corr(xs, ys).fill_nan(None).clip(-1.0, 1.0)
+    return n.alias(N), pl.when(defined).then(r).otherwise(None).alias(R)
+
+
+def _trimmed_rows(
+    lf: pl.LazyFrame, keys: list[str], *, trim: float, value: str
+) -> pl.LazyFrame:
+    """Trimmed means of raw rows (see :func:`trimmed_mean_exprs`)."""
+    n, mean = trimmed_mean_exprs(pl.col(value), trim=trim)
+    return lf.filter(pl.col(value).is_not_null()).group_by(keys).agg(n, mean).sort(keys)
+
+
+def _trimmed_histogram(
+    lf: pl.LazyFrame, keys: list[str], *, trim: float, value: str, count: str
+) -> pl.LazyFrame:
+    """Trimmed means of a histogram: sort only the (few) distinct values."""
     c = pl.col(count).cast(pl.Int64)
     n = c.sum().over(keys)
     cut = trim_count(n, trim)
@@ -201,8 +279,9 @@ def trimmed_means(
     kept = (pl.min_horizontal(end, n - cut) - pl.max_horizontal(start, cut)).clip(
         lower_bound=0
     )
-    result = (
-        lf.sort([*keys, value])
+    return (
+        lf.filter(pl.col(value).is_not_null())
+        .sort([*keys, value])
         .with_columns(kept.alias("_kept"), n.alias(N), cut.alias("_cut"))
         .group_by(keys)
         .agg(
@@ -214,7 +293,6 @@ def trimmed_means(
         )
         .sort(keys)
     )
-    return _finish(frame, _drop_group(result, by))
 
 
 def pearson(
@@ -246,17 +324,15 @@ def pearson(
         >>> round(pearson(df, by=[], x="x", y="y")["r"].item(), 12)
         0.990071896571
     """
-    lf = frame.lazy()
-    if count is None:
-        lf = histogram(lf, by=by, value=[x, y])
-        count = COUNT
-    else:
-        lf = lf.filter(pl.col(x).is_not_null() & pl.col(y).is_not_null())
     keys: list[str]
-    lf, keys = _with_group(lf, by)
-    c = pl.col(count).cast(pl.Float64)
+    lf, keys = _with_group(frame.lazy(), by)
+    lf = lf.filter(pl.col(x).is_not_null() & pl.col(y).is_not_null())
+    if count is None:
+        result = lf.group_by(keys).agg(*pearson_exprs(pl.col(x), pl.col(y)))
+        return _finish(frame, _drop_group(result.sort(keys), by))
     xs = pl.col(x).cast(pl.Float64)
     ys = pl.col(y).cast(pl.Float64)
+    c = pl.col(count).cast(pl.Float64)
     n = c.sum()
     dx = xs - (c * xs).sum() / n
     dy = ys - (c * ys).sum() / n

@@ -25,9 +25,11 @@ from cube_ray.aggregate._math import (
     cross_judge,
     normalise,
     pearson,
+    pearson_exprs,
     pearson_weights,
     rank_scores,
     recall_at_k,
+    trimmed_mean_exprs,
     trimmed_means,
 )
 from cube_ray.aggregate._options import AggregateOptions, WeightsError
@@ -46,6 +48,7 @@ _SET = "set"
 _VARIANT = "variant"
 _FIGURE = "figure"
 _STREAMING_ROWS = 2_000_000
+_HISTOGRAM_MAX_DISTINCT = 2048
 
 _ANSWER_COLUMNS = (schema.QUESTION_ID, schema.SYSTEM, schema.RANK)
 _SCORE_COLUMNS = (
@@ -256,6 +259,18 @@ class _Aggregation:
         return dict(k)
 
     # --- the heavy passes over the score rows ------------------------------
+    def _use_histograms(self) -> bool:
+        """Whether scores take few distinct values (judges' integer scores).
+
+        Then the score rows are first compressed into histograms; otherwise
+        (continuous expected-value scores) the trimmed ends of each group are
+        found by partial selection. Both give the same figures; this only picks
+        the faster way. A strided sample of the score column decides.
+        """
+        column = self.scores.get_column(schema.SCORE)
+        step = max(1, column.len() // 100_000)
+        return column.gather_every(step).n_unique() <= _HISTOGRAM_MAX_DISTINCT
+
     def _passes(self, ranked: pl.DataFrame) -> None:
         opts = self.options
         sc_schema = self.scores.schema
@@ -289,18 +304,13 @@ class _Aggregation:
                 path=self.a_src,
                 field=schema.SYSTEM,
             ) from None
-        rag_filter = pl.col(schema.SYSTEM).is_in(self.rag_systems)
         by = [schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
-        h_all = sc.group_by([*by, schema.STATUS, schema.SCORE]).agg(
-            pl.len().alias(COUNT)
+        score = pl.col(schema.SCORE)
+        rag = sc.filter(pl.col(schema.SYSTEM).is_in(self.rag_systems)).join(
+            keys.lazy(), on=[schema.QUESTION_ID, schema.SYSTEM], how="inner"
         )
-        h_rag = (
-            sc.filter(rag_filter)
-            .join(keys.lazy(), on=[schema.QUESTION_ID, schema.SYSTEM], how="inner")
-            .group_by([*by, RANK_SCORE, schema.SCORE])
-            .agg(pl.len().alias(COUNT))
-        )
-        plans = [h_all, h_rag]
+        bounds = sc.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS))
+        bounds_by = by
         if opts.bounds_on == "paired":
             hits = (
                 keys.lazy()
@@ -310,33 +320,72 @@ class _Aggregation:
                     pl.col(schema.SYSTEM).cast(pl.String).alias(_VARIANT),
                 )
             )
-            h_pair = (
-                sc.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS))
-                .filter(pl.col(schema.SCORE).is_not_null())
-                .join(hits, on=schema.QUESTION_ID, how="inner")
-                .group_by([_VARIANT, *by, schema.SCORE])
-                .agg(pl.len().alias(COUNT))
+            bounds = bounds.join(hits, on=schema.QUESTION_ID, how="inner")
+            bounds_by = [_VARIANT, *by]
+        plans = {
+            "stats": sc.group_by(by).agg(
+                pl.len().alias(COUNT),
+                score.min().alias("min"),
+                score.max().alias("max"),
+                score.is_nan().any().alias("nan"),
+            ),
+            "missing": sc.filter(score.is_null())
+            .group_by([*by, schema.STATUS])
+            .agg(pl.len().alias(COUNT)),
+        }
+        if self._use_histograms():
+            rag = rag.group_by([*by, RANK_SCORE, schema.SCORE]).agg(
+                pl.len().alias(COUNT)
             )
-            plans.append(h_pair)
-        frames = pl.collect_all(plans, engine=self.engine)
-        to_str = [
-            pl.col(c).cast(pl.String)
-            for c in (*by, schema.STATUS)
-            if c in frames[0].columns
-        ]
-        self.h_all = frames[0].with_columns(to_str).sort(by)
-        self.h_rag = frames[1].with_columns(pl.col(c).cast(pl.String) for c in by)
-        self.h_pair = (
-            frames[2].with_columns(pl.col(c).cast(pl.String) for c in by)
-            if len(frames) > 2
-            else None
-        )
+            bounds = bounds.group_by([*bounds_by, schema.SCORE]).agg(
+                pl.len().alias(COUNT)
+            )
+            plans["rag_rows"] = rag.group_by(schema.SYSTEM).agg(pl.col(COUNT).sum())
+            plans["corr"] = pearson(
+                rag, by=by, x=RANK_SCORE, y=schema.SCORE, count=COUNT
+            )
+            plans["tm_rag"] = trimmed_means(
+                rag.filter(pl.col(RANK_SCORE) > 0), by=by, trim=opts.trim, count=COUNT
+            )
+            plans["tm_bounds"] = trimmed_means(
+                bounds, by=bounds_by, trim=opts.trim, count=COUNT
+            )
+        else:
+            # One pass over the joined rag rows for all three figures.
+            n_tm, tm = trimmed_mean_exprs(
+                score.filter(pl.col(RANK_SCORE) > 0), trim=opts.trim
+            )
+            rag_figures = rag.group_by(by).agg(
+                pl.len().alias(COUNT),
+                *pearson_exprs(pl.col(RANK_SCORE), score),
+                n_tm.alias("n_tm"),
+                tm,
+            )
+            plans["rag_figures"] = rag_figures
+            plans["tm_bounds"] = trimmed_means(bounds, by=bounds_by, trim=opts.trim)
+        frames = pl.collect_all(list(plans.values()), engine=self.engine)
+        self.frames: dict[str, pl.DataFrame] = {}
+        for name, frame in zip(plans, frames, strict=True):
+            self.frames[name] = frame.with_columns(
+                pl.col(c).cast(pl.String)
+                for c in (*by, schema.STATUS)
+                if c in frame.columns
+            ).sort(pl.exclude(COUNT, N, R, TRIMMED_MEAN, "min", "max", "nan"))
+        if "rag_figures" in self.frames:
+            figures = self.frames.pop("rag_figures")
+            self.frames["rag_rows"] = figures.group_by(schema.SYSTEM).agg(
+                pl.col(COUNT).sum()
+            )
+            self.frames["corr"] = figures.select(*by, N, R)
+            self.frames["tm_rag"] = figures.filter(pl.col("n_tm") > 0).select(
+                *by, pl.col("n_tm").alias(N), TRIMMED_MEAN
+            )
         self.sc = sc
         self.keys = keys
 
     def _check_scores(self) -> None:
-        h = self.h_all
-        systems = _strings(h.get_column(schema.SYSTEM).unique(maintain_order=True))
+        stats = self.frames["stats"]
+        systems = _strings(stats.get_column(schema.SYSTEM).unique(maintain_order=True))
         for bound in schema.BOUND_SYSTEMS:
             if bound not in systems:
                 raise InputError(
@@ -368,16 +417,14 @@ class _Aggregation:
                 path=self.s_src,
                 field=schema.SYSTEM,
             )
-        out = h.filter(
-            pl.col(schema.SCORE).is_not_null()
-            & ~pl.col(schema.SCORE).is_between(0.0, 10.0)
-        )
-        if out.height:
-            value = out.get_column(schema.SCORE)[0]
+        score = pl.col(schema.SCORE)
+        if (
+            stats.select((pl.col("min") < 0) | (pl.col("max") > 10) | pl.col("nan"))
+            .to_series()
+            .any()
+        ):
             row = (
-                self.sc.filter(
-                    (pl.col(schema.SCORE) == value) | pl.col(schema.SCORE).is_nan()
-                )
+                self.sc.filter(score.is_nan() | ~score.is_between(0.0, 10.0))
                 .head(1)
                 .collect()
                 .row(0, named=True)
@@ -390,10 +437,10 @@ class _Aggregation:
                 path=self.s_src,
                 field=schema.SCORE,
             )
-        n_rag_rows = h.filter(pl.col(schema.SYSTEM).is_in(self.rag_systems))[
+        n_rag_rows = stats.filter(pl.col(schema.SYSTEM).is_in(self.rag_systems))[
             COUNT
         ].sum()
-        if n_rag_rows != self.h_rag[COUNT].sum():
+        if n_rag_rows != self.frames["rag_rows"][COUNT].sum():
             row = (
                 self.sc.filter(pl.col(schema.SYSTEM).is_in(self.rag_systems))
                 .join(
@@ -412,9 +459,11 @@ class _Aggregation:
                 path=self.s_src,
                 field=schema.QUESTION_ID,
             )
-        self.judges = _strings(h.get_column(schema.JUDGE).unique(maintain_order=True))
+        self.judges = _strings(
+            stats.get_column(schema.JUDGE).unique(maintain_order=True)
+        )
         self.dimensions = _strings(
-            h.get_column(schema.DIMENSION).unique(maintain_order=True)
+            stats.get_column(schema.DIMENSION).unique(maintain_order=True)
         )
 
     # --- weights ---------------------------------------------------------
@@ -427,7 +476,7 @@ class _Aggregation:
 
     def _weights(self) -> pl.DataFrame:
         by = [schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
-        corr = pearson(self.h_rag, by=by, x=RANK_SCORE, y=schema.SCORE, count=COUNT)
+        corr = self.frames["corr"]
         grid = (
             self._grid()
             .join(corr, on=by, how="left")
@@ -516,28 +565,14 @@ class _Aggregation:
     # --- trimmed means ---------------------------------------------------
     def _trimmed(self) -> pl.DataFrame:
         """One row per (judge, system, set, dimension): n and trimmed_mean."""
-        trim = self.options.trim
-        by = [schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
-        rag = trimmed_means(
-            self.h_rag.filter(pl.col(RANK_SCORE) > 0),
-            by=by,
-            trim=trim,
-            count=COUNT,
-        ).with_columns(pl.lit("rag").alias(_SET))
-        if self.h_pair is None:
-            bounds = trimmed_means(
-                self.h_all.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS)),
-                by=by,
-                trim=trim,
-                count=COUNT,
-            ).rename({schema.SYSTEM: _SET})
-            bounds = bounds.join(
+        rag = self.frames["tm_rag"].with_columns(pl.lit("rag").alias(_SET))
+        bounds = self.frames["tm_bounds"]
+        if _VARIANT in bounds.columns:
+            bounds = bounds.rename({schema.SYSTEM: _SET, _VARIANT: schema.SYSTEM})
+        else:
+            bounds = bounds.rename({schema.SYSTEM: _SET}).join(
                 pl.DataFrame({schema.SYSTEM: self.rag_systems}), how="cross"
             )
-        else:
-            bounds = trimmed_means(
-                self.h_pair, by=[_VARIANT, *by], trim=trim, count=COUNT
-            ).rename({schema.SYSTEM: _SET, _VARIANT: schema.SYSTEM})
         cols = [schema.JUDGE, schema.SYSTEM, _SET, schema.DIMENSION, N, TRIMMED_MEAN]
         sets = pl.DataFrame({_SET: ["zero", "full", "rag"]})
         grid = self._grid().join(sets, how="cross")
@@ -708,11 +743,9 @@ class _Aggregation:
                 judges[j]["cube"][s] = None
         for row in cube.iter_rows(named=True):
             judges[row[schema.JUDGE]]["cube"][row[schema.SYSTEM]] = _finite(row[CUBE])
-        missing = self.h_all.filter(pl.col(schema.SCORE).is_null())
         for row in (
-            missing.group_by(
-                schema.JUDGE, schema.SYSTEM, schema.DIMENSION, schema.STATUS
-            )
+            self.frames["missing"]
+            .group_by(schema.JUDGE, schema.SYSTEM, schema.DIMENSION, schema.STATUS)
             .agg(pl.col(COUNT).sum())
             .sort(pl.all())
             .iter_rows(named=True)
@@ -754,11 +787,12 @@ class _Aggregation:
     def _counts(self, recall_map: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         rows_by_system = {
             row[schema.SYSTEM]: row[COUNT]
-            for row in self.h_all.group_by(schema.SYSTEM)
+            for row in self.frames["stats"]
+            .group_by(schema.SYSTEM)
             .agg(pl.col(COUNT).sum())
             .iter_rows(named=True)
         }
-        n_missing = self.h_all.filter(pl.col(schema.SCORE).is_null())[COUNT].sum()
+        n_missing = self.frames["missing"][COUNT].sum()
         return {
             "questions": self.answers.get_column(schema.QUESTION_ID).n_unique(),
             "answer_rows": self.answers.height,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,11 @@ def _documents_dir(config: Any, *, limit: int | None) -> Path:
 
     out = Path(config.output_dir) / "serve_rag" / "documents"
     tmp = out.with_name("documents.tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an interrupted start
+    tmp.mkdir(parents=True)
     for i, table in enumerate(iter_document_batches(config.corpus, limit=limit)):
         pq.write_table(table, tmp / f"part-{i:05d}.parquet")
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
+    shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
 

@@ -100,8 +100,8 @@ def split_one_ten(
 ) -> dict[int, float]:
     """Split the probability of the token "1" between the scores 1 and 10.
 
-    >>> split_one_ten({1: 0.4, 5: 0.6}, 0.25)
-    {1: 0.30000000000000004, 5: 0.6, 10: 0.1}
+    >>> {k: round(v, 3) for k, v in split_one_ten({1: 0.4, 5: 0.6}, 0.25).items()}
+    {5: 0.6, 1: 0.3, 10: 0.1}
     """
     out = dict(mass)
     q = 0.0 if one_then_zero is None else min(max(one_then_zero, 0.0), 1.0)

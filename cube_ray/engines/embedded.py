@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cube_ray.engines.config import VllmEngineConfig
 from cube_ray.env import cache_dir
@@ -88,11 +88,30 @@ def _convert(gguf_path: Path, out: Path) -> None:
         ) from exc
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=torch.bfloat16
-    )
+    kwargs: dict[str, Any] = {"gguf_file": name, "dtype": torch.bfloat16}
+    try:  # transformers >= 5 keeps GGUF blocks packed unless told to dequantize
+        from transformers import GgufConfig
+
+        kwargs["quantization_config"] = GgufConfig(dequantize=True)
+    except ImportError:  # older transformers always dequantize GGUF
+        pass
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    packed = [k for k, v in model.state_dict().items() if not v.is_floating_point()]
+    if packed:
+        msg = f"GGUF weights still packed after loading: {packed[:3]}"
+        raise RuntimeError(msg)
+    # Dense now; the GGUF quantizer left attached would refuse to save.
+    model.hf_quantizer = None  # type: ignore[assignment]
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    # The weights are plain dense tensors now; a leftover GGUF quantization entry
+    # would make vLLM look for GGUF blocks.
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.pop("quantization_config", None) is not None:
+        config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
 def ensure_converted(config: EmbeddedEngineConfig | None = None) -> Path:

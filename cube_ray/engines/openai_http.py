@@ -264,6 +264,10 @@ class OpenAIHttpEngine:
         if reply.status != "ok":
             return ScoreResult(None, status=reply.status, **common)
         value = parse_score(reply.text)
+        if value is None:
+            # Also in expected mode: if the text is not a score, the first
+            # token's logprobs are not a distribution over scores.
+            return ScoreResult(None, status="parse_error", **common)
         if mode == "expected" and reply.top_logprobs:
             first = reply.top_logprobs[0]
             split = None
@@ -279,8 +283,6 @@ class OpenAIHttpEngine:
             )
             if dist is not None:
                 return ScoreResult(round(expected_value(dist), 6), **common)
-        if value is None:
-            return ScoreResult(None, status="parse_error", **common)
         if mode == "expected":
             # The text is a valid score but no score token had logprobs.
             return ScoreResult(None, status="no_logprobs", **common)

@@ -145,12 +145,6 @@ class VllmEngine:
             "seed": config.sampling.seed if config.sampling.seed is not None else 0,
         }
         kwargs.update(config.engine_kwargs)
-        if not Path(config.model).exists() and "/" not in config.model:
-            msg = (
-                f"vllm engine: model {config.model!r} is neither a local directory "
-                "nor a model id; set `model:` to the model's directory"
-            )
-            raise EngineError(msg)
         with _engine_errors(f"loading model {config.model!r}"):
             llm = vllm.LLM(**kwargs)
         name = config.served_name or Path(config.model.rstrip("/")).name

@@ -254,6 +254,7 @@ def cube_chart(
     fig = _figure(max(4.5, 1.6 * len(systems) + 2.5), 3.2)
     ax = fig.subplots()
     markers = ["o", "s", "^", "D", "v", "P", "X"]
+    labelled: set[str] = set()
     for si, system in enumerate(systems):
         mean = means.get(system)
         lo, hi = intervals.get(system, (None, None))
@@ -276,9 +277,10 @@ def cube_chart(
                     marker=markers[ji % len(markers)],
                     color="#333",
                     s=22,
-                    label=judge if si == 0 else None,
+                    label=None if judge in labelled else judge,
                     zorder=3,
                 )
+                labelled.add(judge)
     ax.set_xticks(range(len(systems)), list(systems))
     ax.set_ylabel("CuBE")
     ax.set_title("CuBE per system (bar: jury mean, whisker: 95% bootstrap CI)")

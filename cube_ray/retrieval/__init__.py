@@ -11,7 +11,7 @@ from cube_ray.retrieval.bm25 import (
     iter_documents,
 )
 from cube_ray.retrieval.fusion import gold_rank, mean_reciprocal_rank, recall_at, rrf
-from cube_ray.retrieval.tokenize import (
+from cube_ray.retrieval.tokenizer import (
     TOKENIZER_VERSION,
     Language,
     detect_language,

@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.errors import InputError
-from cube_ray.retrieval.tokenize import (
+from cube_ray.retrieval.tokenizer import (
     TOKENIZER_VERSION,
     Language,
     detect_language,
@@ -167,7 +167,7 @@ def build_bm25_index(
     Args:
         batches: Documents in index order, a batch at a time.
         out_dir: Directory to create (must not hold an index already).
-        language: Tokeniser language (see :mod:`cube_ray.retrieval.tokenize`).
+        language: Tokeniser language (see :mod:`cube_ray.retrieval.tokenizer`).
         k1: BM25 term-frequency saturation.
         b: BM25 length normalisation.
         workers: Tokeniser processes (1: tokenise in this process).

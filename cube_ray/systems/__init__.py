@@ -11,7 +11,7 @@ from cube_ray.systems.config import (
     QaFileSystemConfig,
     SystemConfig,
 )
-from cube_ray.systems.factory import build_system
+from cube_ray.systems.factory import build_system, prepare_system
 from cube_ray.systems.questions import load_question_file
 
 __all__ = [
@@ -24,4 +24,5 @@ __all__ = [
     "SystemUnderTest",
     "build_system",
     "load_question_file",
+    "prepare_system",
 ]

@@ -24,7 +24,13 @@ if TYPE_CHECKING:
     from cube_ray.engines.config import EngineConfig, SamplingConfig
     from cube_ray.systems.config import BuiltinRagSystemConfig
 
-__all__ = ["BuiltinRagSystem", "default_index_root", "open_index", "sampling_params"]
+__all__ = [
+    "BuiltinRagSystem",
+    "build_index",
+    "default_index_root",
+    "open_index",
+    "sampling_params",
+]
 
 
 def default_index_root(documents_path: str | Path) -> Path:
@@ -158,8 +164,8 @@ def _check_retriever(config: BuiltinRagSystemConfig) -> None:
         raise ConfigError(msg)
 
 
-def open_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Bm25Index:
-    """Build the BM25 index of a documents table if needed, and load it."""
+def build_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Path:
+    """Build the BM25 index of a documents table if needed; its directory."""
     _check_retriever(config)
     root = config.index_dir or default_index_root(documents_path)
     path = ensure_bm25_index(
@@ -170,4 +176,9 @@ def open_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Bm25In
         b=config.b,
         workers=config.index_workers,
     )
-    return Bm25Index(path)
+    return path
+
+
+def open_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Bm25Index:
+    """Build the BM25 index of a documents table if needed, and load it."""
+    return Bm25Index(build_index(config, documents_path=documents_path))

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from cube_ray.systems.base import SystemUnderTest
     from cube_ray.systems.config import SystemConfig
 
-__all__ = ["build_system"]
+__all__ = ["build_system", "prepare_system"]
 
 
 def build_system(
@@ -60,3 +60,17 @@ def build_system(
     from cube_ray.systems.http import HttpSystem
 
     return HttpSystem(config)
+
+
+def prepare_system(config: SystemConfig, *, documents_path: str) -> None:
+    """Do a system's one-off set-up before its actors start (optional).
+
+    For the built-in RAG this builds the BM25 index of ``documents_path`` (a
+    no-op when it exists), so that actors only load it; on a large corpus call
+    it once on the driver or in one task with several CPUs (``index_workers``)
+    rather than leaving the build to the first actor. Other kinds: nothing.
+    """
+    if config.kind == "builtin_rag":
+        from cube_ray.systems.builtin_rag import build_index
+
+        build_index(config, documents_path=documents_path)

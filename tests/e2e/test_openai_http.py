@@ -158,6 +158,9 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             elif kind == "logprobs":
                 dist = {"7": 0.5, "8": 0.3, "6": 0.15, "Sure": 0.05}
                 self._send(200, _completion(body, "7", _chat_logprobs(dist)), {})
+            elif kind == "lpchatty":
+                dist = {"Sure": 0.9, "7": 0.1}
+                self._send(200, _completion(body, "Sure, 7", _chat_logprobs(dist)), {})
             else:  # pragma: no cover - a typo in a test marker
                 self._send(418, b"{}", {})
 
@@ -290,6 +293,9 @@ def test_expected_score_from_logprobs(
     assert result.score == pytest.approx((3.5 + 2.4 + 0.9) / 0.95, abs=1e-6)
     assert state.hits[0].body["logprobs"] is True
     assert state.hits[0].body["top_logprobs"] == 20
+    # Text that is not a score: its logprobs are not trusted either.
+    [bad] = engine.score(["e1 [[lpchatty]]"], mode="expected")
+    assert (bad.score, bad.status, bad.raw) == (None, "parse_error", "Sure, 7")
 
 
 def test_fatal_statuses_raise_without_the_key(

@@ -14,6 +14,7 @@ from cube_ray import schema
 from cube_ray.aggregate import (
     AggregateOptions,
     WeightsError,
+    _summary,
     cross_judge,
     pearson_weights,
     rank_scores,
@@ -60,7 +61,14 @@ def worked() -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 @needs_worked
-def test_worked_example_every_figure(worked: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+@pytest.mark.parametrize("histograms", [True, False])
+def test_worked_example_every_figure(
+    worked: tuple[pl.DataFrame, pl.DataFrame],
+    histograms: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both computation paths: score histograms, and one sort per group.
+    monkeypatch.setattr(_summary, "_HISTOGRAM_MAX_DISTINCT", 2048 if histograms else -1)
     answers, scores = worked
     out = summarize(answers, scores, options=AggregateOptions())
     expected = json.loads((WORKED / "expected_summary.json").read_text())

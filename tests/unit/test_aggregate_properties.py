@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from cube_ray.aggregate import pearson, trimmed_means
+from cube_ray.aggregate import COUNT, histogram, pearson, trimmed_means
 
 # Judge scores: 0..10 in steps of 0.01 (integer scores, or expected values).
 scores = st.integers(0, 1000).map(lambda v: v / 100)
@@ -23,10 +23,14 @@ integer_scores = st.integers(0, 10).map(float)
     trim=st.floats(0.0, 0.49),
 )
 def test_trimmed_mean_matches_scipy(values: list[float], trim: float) -> None:
-    got = trimmed_means(pl.DataFrame({"score": values}), by=[], trim=trim)
+    frame = pl.DataFrame({"score": values})
     expected = stats.trim_mean(np.asarray(values), trim)
-    assert got["n"].item() == len(values)
-    assert math.isclose(got["trimmed_mean"].item(), expected, rel_tol=0, abs_tol=1e-9)
+    rows = trimmed_means(frame, by=[], trim=trim)
+    hist = trimmed_means(histogram(frame, by=[]), by=[], trim=trim, count=COUNT)
+    for got in (rows, hist):
+        assert got["n"].item() == len(values)
+        value = got["trimmed_mean"].item()
+        assert math.isclose(value, expected, rel_tol=0, abs_tol=1e-9)
 
 
 @settings(max_examples=100, deadline=None)
@@ -48,11 +52,10 @@ def test_grouped_trimmed_means_skip_missing(
         },
         schema={"g": pl.Int64, "score": pl.Float64},
     )
-    got = dict(
-        trimmed_means(frame, by=["g"], trim=trim)
-        .select("g", "trimmed_mean")
-        .iter_rows()
-    )
+    rows = trimmed_means(frame, by=["g"], trim=trim)
+    hist = trimmed_means(histogram(frame, by=["g"]), by=["g"], trim=trim, count=COUNT)
+    assert rows.equals(hist.with_columns(rows["trimmed_mean"])), (rows, hist)
+    got = dict(rows.select("g", "trimmed_mean").iter_rows())
     for i, g in enumerate(groups):
         present = [v for v in g if v is not None]
         if not present:
@@ -73,10 +76,14 @@ def test_grouped_trimmed_means_skip_missing(
 def test_pearson_matches_scipy(pairs: list[tuple[int, float]]) -> None:
     x = np.asarray([p[0] for p in pairs], dtype=float)
     y = np.asarray([p[1] for p in pairs])
-    got = pearson(pl.DataFrame({"x": x, "y": y}), by=[], x="x", y="y")
-    r = got["r"].item()
+    frame = pl.DataFrame({"x": x, "y": y})
+    r_rows = pearson(frame, by=[], x="x", y="y")["r"].item()
+    hist = histogram(frame, by=[], value=["x", "y"])
+    r_hist = pearson(hist, by=[], x="x", y="y", count=COUNT)["r"].item()
     if len(pairs) < 2 or x.min() == x.max() or y.min() == y.max():
-        assert r is None
+        assert r_rows is None
+        assert r_hist is None
         return
     expected = stats.pearsonr(x, y).statistic
-    assert math.isclose(r, expected, rel_tol=0, abs_tol=1e-9)
+    assert math.isclose(r_rows, expected, rel_tol=0, abs_tol=1e-9)
+    assert math.isclose(r_hist, expected, rel_tol=0, abs_tol=1e-9)

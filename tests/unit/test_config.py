@@ -37,13 +37,13 @@ def test_minimal_config_defaults_and_relative_paths(tmp_path: Path) -> None:
     cfg = RunConfig.from_yaml(write(tmp_path, MINIMAL))
     assert cfg.corpus.path == str(tmp_path / "data" / "records.jsonl")
     assert [(f.name, f.display) for f in cfg.corpus.fields] == [
-        ("名称", "name"),
+        ("名称", "名称"),
         ("fee", "fee"),
         ("time", "时限"),
     ]
     assert [d.name for d in cfg.dimensions] == list(DEFAULT_DIMENSIONS)
     assert set(cfg.rubrics()) == set(DEFAULT_DIMENSIONS)
-    assert cfg.output_dir == str(tmp_path / "runs" / "default")
+    assert cfg.output_dir == "runs/default"  # defaults stay relative to the cwd
     assert cfg.aggregate.trim == 0.1
     assert cfg.corpus.resolved_format == "jsonl"
 

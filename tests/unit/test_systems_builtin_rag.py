@@ -74,6 +74,22 @@ def test_variants_share_one_index(documents: Path) -> None:
         assert y.retrieved_doc_ids == x.retrieved_doc_ids[:1]
 
 
+def test_prepare_system_builds_the_index_once(documents: Path) -> None:
+    from cube_ray.systems import QaFileSystemConfig, prepare_system
+
+    cfg = BuiltinRagSystemConfig()
+    prepare_system(cfg, documents_path=str(documents))
+    built = list((documents.parent / "index").glob("bm25-*/meta.json"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    system = build_system(
+        cfg, documents_path=str(documents), generator=FakeEngineConfig()
+    )
+    assert system.answer(QUESTIONS[:1])[0].status == "ok"
+    assert built[0].stat().st_mtime_ns == stamp
+    prepare_system(QaFileSystemConfig(path="unused"), documents_path="unused")
+
+
 def test_config_errors(documents: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs a generator"):
         build_system(
