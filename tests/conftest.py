@@ -67,15 +67,29 @@ def ray_local() -> Iterator[Any]:
 def _shutdown_and_reap(ray: Any, *, grace_s: float = 10.0) -> None:
     """``ray.shutdown()``, then end this session's own leftover Ray processes.
 
-    Actors holding an in-process vLLM engine sometimes outlive the raylet; they
-    are our children's children, so we collect their ids before shutting down
-    and end only those, by id, after a grace period.
+    Actors holding an in-process vLLM engine sometimes outlive the raylet. Ours
+    are the driver's descendants and the processes whose ``RAY_RAYLET_PID`` is
+    our raylet's; we note their ids before shutting down and end only those, by
+    id, after a grace period.
     """
     import psutil
 
-    mine = psutil.Process(os.getpid()).children(recursive=True)
+    me = psutil.Process(os.getpid())
+    mine = {p.pid: p for p in me.children(recursive=True)}
+    raylets = {str(pid) for pid, p in mine.items() if _name(p) == "raylet"}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("RAY_RAYLET_PID") in raylets:
+                mine.setdefault(proc.pid, proc)
     ray.shutdown()
-    _gone, alive = psutil.wait_procs(mine, timeout=grace_s)
+    _gone, alive = psutil.wait_procs(list(mine.values()), timeout=grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+def _name(proc: Any) -> str:
+    try:
+        return str(proc.name())
+    except Exception:
+        return ""

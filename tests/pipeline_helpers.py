@@ -38,7 +38,8 @@ def make_qa_file(tmp: Path, doc_ids: list[str]) -> Path:
         )
     path = tmp / "qa.jsonl"
     path.write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+        encoding="utf-8",
     )
     return path
 

@@ -28,7 +28,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve-rag",
         help="serve the built-in reference RAG over HTTP (tests, demos)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=(
+            "Serve a builtin_rag system of a run config over HTTP: POST /v1/answer, "
+            "/api/v1/chats/<id>/completions (RAGFlow-shaped) and "
+            "/v1/chat/completions (OpenAI-shaped), GET /health. The corpus "
+            "section is indexed (or --documents), the config's generator answers."
+        ),
     )
     parser.add_argument("config", help="run config YAML (corpus, generator, systems)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address")

@@ -403,8 +403,11 @@ class OpenAIHttpEngine:
                 self.usage.requests += 1
                 self.usage.retries += attempt > 0
             try:
-                resp = await client.post(path, json=payload)
-            except httpx.TimeoutException as exc:
+                # httpx times each phase; wait_for bounds the whole request too.
+                resp = await asyncio.wait_for(
+                    client.post(path, json=payload), timeout=cfg.timeout_s
+                )
+            except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
                 last = _Reply(None, status="timeout", detail=type(exc).__name__)
             except httpx.TransportError as exc:
                 last = _Reply(

@@ -240,11 +240,18 @@ class VllmEngine:
     def score(self, prompts: Sequence[str], *, mode: ScoreMode) -> list[ScoreResult]:
         """Scores constrained to "0".."10"; ``expected`` reads first-token logprobs.
 
-        Per-row problems become statuses (``prompt_too_long``, ``parse_error``,
-        ``no_logprobs``) with the raw text; never a 0.
+        ``argmax`` is the most likely score: the constrained greedy text where
+        "10" is one token, else the mode of the split distribution (``raw``
+        keeps the greedy text). Per-row problems become statuses
+        (``prompt_too_long``, ``parse_error``, ``no_logprobs``) with the raw
+        text; never a 0.
         """
         start = time.perf_counter()
-        want_logprobs = mode == "expected"
+        # With a one-token "10", the constrained greedy text is the argmax of
+        # the first-token distribution. Otherwise greedy decoding sums P(1) and
+        # P(10) in the first token "1" and favours 10, so argmax is read from
+        # the split distribution as well.
+        want_logprobs = mode == "expected" or not self.ten_is_one_token
         results: list[ScoreResult | None] = [None] * len(prompts)
         todo: list[int] = []
         ids_todo: list[list[int]] = []
@@ -285,8 +292,15 @@ class VllmEngine:
                 if first
                 else None
             )
-            if dist is None:
+            if dist is None and mode == "argmax":
+                value = parse_score(text)
+                status = "ok" if value is not None else "parse_error"
+                results[i] = ScoreResult(value, status=status, **common)
+            elif dist is None:
                 results[i] = ScoreResult(None, status="no_logprobs", **common)
+            elif mode == "argmax":
+                best = max(dist, key=lambda k: (dist[k], -k))
+                results[i] = ScoreResult(float(best), **common)
             else:
                 results[i] = ScoreResult(round(expected_value(dist), 6), **common)
         return [r for r in results if r is not None]

@@ -242,13 +242,20 @@ def build_bm25_index(
     df = np.bincount(tok, minlength=n_vocab).astype(np.int64)
     idf = np.log1p((n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
     norm = (k1 * (1.0 - b + b * dl / max(avgdl, 1e-9))).astype(np.float32)
-    scores = idf[tok] * tf / (tf + norm[doc])
+    # Chunked, to keep float temporaries small: peak memory is set by the
+    # (term, doc) arrays, about 24 bytes per non-zero at the sort below.
+    scores = np.empty(tok.size, dtype=np.float32)
+    step = 1 << 22
+    for lo in range(0, tok.size, step):
+        hi = lo + step
+        t = tf[lo:hi]
+        scores[lo:hi] = idf[tok[lo:hi]] * t / (t + norm[doc[lo:hi]])
     del tf
     order = np.argsort(tok, kind="stable")
     del tok
-    data = scores[order].astype(np.float32)
+    data = scores[order]
     del scores
-    indices = doc[order].astype(np.int32)
+    indices = doc[order]
     del doc, order
     indptr = np.zeros(n_vocab + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1:])

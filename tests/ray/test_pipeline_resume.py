@@ -30,8 +30,19 @@ N_DOCS = 8
 
 def run_cli(cfg: Path, run_dir: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cube_ray.cli", "run", str(cfg), "--out", str(run_dir),
-         "--call-log", str(log), "--no-progress", "--no-report"],
+        [
+            sys.executable,
+            "-m",
+            "cube_ray.cli",
+            "run",
+            str(cfg),
+            "--out",
+            str(run_dir),
+            "--call-log",
+            str(log),
+            "--no-progress",
+            "--no-report",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # so kill -9 takes the local Ray with it

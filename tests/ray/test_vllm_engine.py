@@ -13,7 +13,7 @@ import pytest
 from cube_ray.engines import SCORE_CHOICES, VllmEngineConfig, build_engine
 from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric, render_judge
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 ROWS = 24
 BATCH = 4
@@ -57,6 +57,7 @@ def _prompts() -> list[str]:
     return out
 
 
+@pytest.mark.ray
 def test_vllm_engine_in_ray_data_actor_pool(
     ray_local: Any, tiny_model_dir: Path
 ) -> None:
@@ -97,3 +98,38 @@ def test_vllm_engine_in_ray_data_actor_pool(
     # Several rows per engine call, spread over the pool.
     assert max(int(r["batch_rows"]) for r in out) > 1
     assert len({int(r["pid"]) for r in out}) == 2
+
+
+def test_vllm_engine_in_process_row_statuses_and_formats(
+    tiny_model_dir: Path, tiny_engine_env: dict[str, str]
+) -> None:
+    from cube_ray.engines import SamplingParams
+    from cube_ray.engines.vllm import VllmEngine
+
+    config = VllmEngineConfig(
+        model=str(tiny_model_dir), max_model_len=256, enforce_eager=True
+    )
+    engine = build_engine(config)
+    assert isinstance(engine, VllmEngine)
+    try:
+        assert engine.chat  # the tiny tokenizer has a chat template
+        assert engine.ten_is_one_token
+        assert engine.name == tiny_model_dir.name
+        prompts = ["short prompt 评分", "x " * 400, "another one"]
+        gens = engine.generate(prompts, sampling=SamplingParams(max_tokens=4))
+        assert [g.status for g in gens] == ["ok", "prompt_too_long", "ok"]
+        assert gens[0].completion_tokens == 4
+        for mode in ("argmax", "expected"):
+            res = engine.score(prompts, mode=mode)  # type: ignore[arg-type]
+            assert [r.status for r in res] == ["ok", "prompt_too_long", "ok"]
+            assert res[1].score is None
+        # The "10 is two tokens" path (Gemma-like tokenizers), forced here: the
+        # follow-up requests run and every score stays inside [0, 10].
+        engine.ten_is_one_token = False
+        split = engine.score(prompts[::2], mode="expected")
+        assert all(r.score is not None and 0 <= r.score <= 10 for r in split)
+        argmax = engine.score(prompts[::2], mode="argmax")
+        assert all(r.score in {float(i) for i in range(11)} for r in argmax)
+    finally:
+        engine.close()
+        engine.close()  # idempotent

@@ -69,7 +69,9 @@ def test_bad_yaml_names_file_and_line(tmp_path: Path) -> None:
 
 
 def test_unknown_engine_backend(tmp_path: Path) -> None:
-    path = write(tmp_path, MINIMAL.replace("a: {backend: fake, seed: 1}", "a: {backend: gpt9}"))
+    path = write(
+        tmp_path, MINIMAL.replace("a: {backend: fake, seed: 1}", "a: {backend: gpt9}")
+    )
     with pytest.raises(ConfigError) as err:
         RunConfig.from_yaml(path)
     text = str(err.value)
@@ -108,7 +110,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_duplicate_system_names(tmp_path: Path) -> None:
     text = MINIMAL + (
-        "systems:\n  - {kind: qa_file, path: a.jsonl}\n  - {kind: qa_file, path: b.jsonl}\n"
+        "systems:\n  - {kind: qa_file, path: a.jsonl}\n"
+        "  - {kind: qa_file, path: b.jsonl}\n"
     )
     with pytest.raises(ConfigError, match=r"\['rag'\] occur more than once"):
         RunConfig.from_yaml(write(tmp_path, text))
@@ -136,7 +139,7 @@ def test_custom_dimension_without_rubric() -> None:
 
 
 def test_question_file_needs_path(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="questions.path is not set"):
+    with pytest.raises(ConfigError, match=r"questions\.path is not set"):
         RunConfig.from_yaml(write(tmp_path, MINIMAL + "questions: {source: file}\n"))
 
 
@@ -147,7 +150,7 @@ def test_fields_as_mapping() -> None:
 
 
 def test_unknown_format() -> None:
-    with pytest.raises(ConfigError, match="set corpus.format"):
+    with pytest.raises(ConfigError, match=r"set corpus\.format"):
         _ = CorpusConfig(path="x.xlsx").resolved_format
 
 

@@ -81,7 +81,9 @@ def test_duplicate_ids_name_both_rows(tmp_path: Path) -> None:
         tmp_path / "r.jsonl",
         [{"id": "a", "name": "x"}, {"id": "b", "name": "y"}, {"id": "a", "name": "z"}],
     )
-    with pytest.raises(InputError, match=r"duplicate document id 'a' \(first at row 0") as e:
+    with pytest.raises(
+        InputError, match=r"duplicate document id 'a' \(first at row 0"
+    ) as e:
         docs(cfg(path), batch_rows=1)
     assert (e.value.path, e.value.row, e.value.field) == (str(path), 2, "id")
 
@@ -108,7 +110,8 @@ def test_empty_id(tmp_path: Path) -> None:
 
 def test_empty_document(tmp_path: Path) -> None:
     path = write_jsonl(
-        tmp_path / "r.jsonl", [{"id": "a", "name": "x"}, {"id": "b", "name": "无", "fee": ""}]
+        tmp_path / "r.jsonl",
+        [{"id": "a", "name": "x"}, {"id": "b", "name": "无", "fee": ""}],
     )
     with pytest.raises(InputError, match="empty document") as e:
         docs(cfg(path))
@@ -146,7 +149,10 @@ def test_empty_corpus(tmp_path: Path) -> None:
 
 
 def test_csv_and_parquet_agree_with_jsonl(tmp_path: Path) -> None:
-    records = [{"id": "a", "name": "x", "fee": "1", "time": "2"}, {"id": "b", "name": "y"}]
+    records = [
+        {"id": "a", "name": "x", "fee": "1", "time": "2"},
+        {"id": "b", "name": "y"},
+    ]
     expected = docs(cfg(write_jsonl(tmp_path / "r.jsonl", records)))
     csv = tmp_path / "r.csv"
     csv.write_text("id,name,fee,time\na,x,1,2\nb,y,,\n", encoding="utf-8")
@@ -173,7 +179,9 @@ def test_txt_folder(tmp_path: Path) -> None:
 
 
 def test_limit_and_batches(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "r.jsonl", [{"id": str(i), "name": "x"} for i in range(10)])
+    path = write_jsonl(
+        tmp_path / "r.jsonl", [{"id": str(i), "name": "x"} for i in range(10)]
+    )
     batches = list(iter_document_batches(cfg(path), batch_rows=3, limit=7))
     assert [b.num_rows for b in batches] == [3, 3, 1]
 

@@ -123,8 +123,14 @@ def test_answer_stage_bounds_and_missing_question() -> None:
 
 @pytest.mark.parametrize(
     ("gold", "retrieved", "k", "rank"),
-    [("b", ["a", "b"], 8, 2), ("b", ["a"], 8, 0), ("c", ["a", "b", "c"], 2, 0),
-     ("a", [], 8, 0), ("a", None, 8, 0), ("a", ["a"], 1, 1)],
+    [
+        ("b", ["a", "b"], 8, 2),
+        ("b", ["a"], 8, 0),
+        ("c", ["a", "b", "c"], 2, 0),
+        ("a", [], 8, 0),
+        ("a", None, 8, 0),
+        ("a", ["a"], 1, 1),
+    ],
 )
 def test_gold_rank(gold: str, retrieved: list[str] | None, k: int, rank: int) -> None:
     assert gold_rank(gold, retrieved, k) == rank
@@ -141,7 +147,9 @@ class Sut:
         if self.fail:
             raise TimeoutError("service down")
         return [
-            SystemAnswer(answer=f"ans {q.question_id}", retrieved_doc_ids=["x", q.doc_id])
+            SystemAnswer(
+                answer=f"ans {q.question_id}", retrieved_doc_ids=["x", q.doc_id]
+            )
             for q in questions
         ]
 
@@ -151,9 +159,7 @@ class Sut:
 
 def system_stage(fail: bool = False) -> SystemStage:
     cfg = QaFileSystemConfig(name="rag@k2", path="unused.jsonl", k=2)
-    return SystemStage(
-        cfg, documents_path="", system_factory=lambda *a, **k: Sut(fail)
-    )
+    return SystemStage(cfg, documents_path="", system_factory=lambda *a, **k: Sut(fail))
 
 
 def test_system_stage_ranks() -> None:
@@ -199,11 +205,16 @@ def joined() -> pa.Table:
 
 def test_judge_stage_scores_missing_and_invalid() -> None:
     inputs = judge_inputs(
-        joined(), judge="j", fingerprints={"relevance": "r", "quality": "q"},
+        joined(),
+        judge="j",
+        fingerprints={"relevance": "r", "quality": "q"},
         dimensions=["relevance", "quality"],
     )
     assert inputs.column(schema.DIMENSION).to_pylist() == [
-        "relevance", "quality", "relevance", "quality"
+        "relevance",
+        "quality",
+        "relevance",
+        "quality",
     ]
     stage = JudgeStage(
         "j",
@@ -215,7 +226,10 @@ def test_judge_stage_scores_missing_and_invalid() -> None:
     assert out.schema == SCORES_OUT_SCHEMA
     assert out.column(schema.SCORE).to_pylist() == [7.0, None, None, None]
     assert out.column(schema.STATUS).to_pylist() == [
-        "ok", "parse_error", "no_answer", "no_answer"
+        "ok",
+        "parse_error",
+        "no_answer",
+        "no_answer",
     ]
     assert out.column(schema.RAW).to_pylist()[:2] == ["7", "seven"]
     assert out.column(schema.JUDGE).to_pylist() == ["j"] * 4
@@ -255,7 +269,9 @@ def test_stages_do_not_import_ray() -> None:
     import subprocess
     import sys
 
-    code = "import cube_ray.stages, cube_ray.config, cube_ray.corpus, sys; " \
+    code = (
+        "import cube_ray.stages, cube_ray.config, cube_ray.corpus, sys; "
         "print('ray' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -112,3 +113,20 @@ def test_resolve_path_edge_cases() -> None:
 def test_bad_id_pattern_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="id_pattern"):
         HttpSystem(HttpSystemConfig(url="http://x", id_pattern="("))
+
+
+def test_retry_after_is_honoured() -> None:
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(time.perf_counter())
+        if len(calls) == 1:
+            return httpx.Response(429, headers={"Retry-After": "0.3"})
+        return httpx.Response(200, json={"answer": "A", "retrieved_doc_ids": ["d1"]})
+
+    cfg = HttpSystemConfig(
+        url="http://x.invalid/ask", backoff_base_s=0.001, backoff_max_s=5
+    )
+    got = HttpSystem(cfg, transport=httpx.MockTransport(handler)).answer(Q)[0]
+    assert (got.answer, got.status) == ("A", "ok")
+    assert calls[1] - calls[0] >= 0.29

@@ -1,0 +1,137 @@
+"""Pipeline scale: every stage with zero-latency fake engines, records/s, peak RSS.
+
+    python benchmarks/pipeline_scale.py --records 100000 [--records 1000000]
+
+For each size: a synthetic corpus (benchmarks/synth_corpus.py), then a full
+``run_pipeline`` (documents, questions, zero/full answers, one QA-file system,
+one judge x four dimensions, summary) on a local Ray. Reports wall time,
+corpus records/s, engine rows/s, the driver's peak RSS (the process that must
+not collect tables) and the peak summed RSS of the driver and every process it
+started (Ray workers, raylet), sampled every 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from benchmarks.synth_corpus import write as write_corpus
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+class RssSampler:
+    """Peak summed RSS of this process and its descendants."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.peak_total = 0
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    total += p.memory_info().rss
+            self.peak_total = max(self.peak_total, total)
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def config(corpus: Path, qa: Path, run_dir: Path) -> dict[str, Any]:
+    pool = {"min_size": 1, "max_size": 2, "num_cpus": 0.5, "batch_size": 1024}
+    return {
+        "corpus": {
+            "path": str(corpus),
+            "id_field": "TASK_CODE",
+            "title_field": "TASK_NAME",
+            "fields": [
+                {"TASK_NAME": "事项名称"},
+                {"DEPT_NAME": "实施机构"},
+                {"TASK_TYPE_TEXT": "事项类型"},
+                {"AREA_CODE_TEXT": "行政区划"},
+                {"accept_standard": "受理条件"},
+                {"material_intro": "申请材料"},
+                {"handle_time": "法定办结时限"},
+                {"handle_time_limit": "承诺办结时限"},
+                {"handle_location": "办理地点"},
+                {"consult_phone": "咨询电话"},
+            ],
+        },
+        "generator": {"backend": "fake", "name": "gen", "pool": pool},
+        "judges": {"j1": {"backend": "fake", "name": "j1", "pool": pool}},
+        "systems": [{"name": "rag", "kind": "qa_file", "path": str(qa), "pool": pool}],
+        "allow_fake_engines": True,
+        "output_dir": str(run_dir),
+        "ray": {"num_cpus": 4, "write_rows": 200_000, "progress": False},
+    }
+
+
+def run_one(records: int, *, keep: bool) -> dict[str, Any]:
+    from cube_ray.config import RunConfig
+    from cube_ray.pipeline import RunOptions, run_pipeline
+
+    base = OUT / f"scale{records}"
+    shutil.rmtree(base, ignore_errors=True)
+    t0 = time.perf_counter()
+    corpus, qa = write_corpus(records, base)
+    synth_s = time.perf_counter() - t0
+    run_dir = base / "run"
+    cfg_path = base / "run.yaml"
+    cfg_path.write_text(yaml.safe_dump(config(corpus, qa, run_dir), allow_unicode=True))
+    cfg = RunConfig.from_yaml(cfg_path)
+    with RssSampler() as sampler:
+        t0 = time.perf_counter()
+        result = run_pipeline(cfg, RunOptions(run_dir=run_dir, report=False))
+        wall = time.perf_counter() - t0
+    driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    stages = {k: round(v.seconds, 1) for k, v in result.stages.items()}
+    rows = sum(v.written for v in result.stages.values())
+    out = {
+        "records": records,
+        "synth_seconds": round(synth_s, 1),
+        "wall_seconds": round(wall, 1),
+        "records_per_s": round(records / wall, 1),
+        "rows_written": rows,
+        "rows_per_s": round(rows / wall, 1),
+        "driver_peak_rss_mb": round(driver_peak / 2**20, 1),
+        "total_peak_rss_mb": round(sampler.peak_total / 2**20, 1),
+        "stage_seconds": stages,
+        "summary": result.summary_path is not None,
+    }
+    if not keep:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, action="append", required=True)
+    parser.add_argument("--keep", action="store_true", help="keep the run dirs")
+    args = parser.parse_args()
+    for n in args.records:
+        print(json.dumps(run_one(n, keep=args.keep)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""A 3-node local cluster: judge pools land only on judge nodes, generator pools
+only on the generator node; losing a judge node mid-run loses no row."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cube_ray.config import RunConfig
+from cube_ray.pipeline import RunOptions, RunResult, part_files, run_pipeline
+from tests.pipeline_helpers import (
+    assert_complete,
+    fake_config,
+    make_corpus,
+    make_qa_file,
+)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+N_DOCS = 8
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():  # pragma: no cover - a leaked instance
+        ray.shutdown()
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "resources": {"generator": 2}},
+    )
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.mark.timeout(1200)
+def test_routing_and_node_loss(cluster: Any, tmp_path: Path) -> None:
+    import ray
+
+    judge_a = cluster.add_node(num_cpus=2, resources={"judge": 2})
+    judge_b = cluster.add_node(num_cpus=2, resources={"judge": 2})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    head_id = ray.get_runtime_context().get_node_id()
+
+    corpus, ids = make_corpus(tmp_path, N_DOCS)
+    qa = make_qa_file(tmp_path, ids)
+    cfg_path = fake_config(
+        tmp_path,
+        corpus,
+        qa,
+        judge_latency=0.5,
+        judge_batch=4,
+        judge_resources={"judge": 1},
+        generator_resources={"generator": 1},
+    )
+    config = RunConfig.from_yaml(cfg_path)
+    run_dir = tmp_path / "run"
+    result: dict[str, RunResult | BaseException] = {}
+
+    def target() -> None:
+        try:
+            result["ok"] = run_pipeline(
+                config, RunOptions(run_dir=run_dir, progress=False, report=False)
+            )
+        except BaseException as exc:
+            result["err"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and thread.is_alive():
+        if part_files(run_dir / "scores", "scores:j1"):
+            break
+        time.sleep(0.2)
+    assert thread.is_alive(), result.get("err")
+    cluster.remove_node(judge_b, allow_graceful=False)
+    thread.join(timeout=900)
+    assert not thread.is_alive(), "the run did not finish after losing a node"
+    if "err" in result:
+        raise result["err"]  # type: ignore[misc]
+    run = result["ok"]
+    assert isinstance(run, RunResult)
+
+    assert_complete(run_dir, N_DOCS, judges=2)
+    judge_nodes = {judge_a.node_id, judge_b.node_id}
+    for name, stats in run.stages.items():
+        if name.startswith("scores:"):
+            assert stats.nodes, name
+            assert set(stats.nodes) <= judge_nodes, (name, stats.nodes)
+        if name in ("questions", "answers:bounds"):
+            assert set(stats.nodes) == {head_id}, (name, stats.nodes)
+    assert set(run.stages["scores:j2"].nodes) == {judge_a.node_id}

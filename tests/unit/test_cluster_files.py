@@ -1,0 +1,49 @@
+"""cluster.yaml validates against Ray's launcher schema; the job entrypoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_cluster_yaml_is_a_valid_launcher_config() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    autoscaler = pytest.importorskip("ray.autoscaler")
+    schema_path = Path(autoscaler.__file__).parent / "ray-schema.json"
+    config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    jsonschema.validate(config, json.loads(schema_path.read_text()))
+    types = config["available_node_types"]
+    assert types["gpu_generator"]["resources"]["generator"] >= 1
+    assert types["gpu_judge"]["resources"]["judge"] >= 1
+    assert config["head_node_type"] == "head"
+
+
+def test_shipped_config_pools_route_to_cluster_resources() -> None:
+    from cube_ray.config import RunConfig
+
+    cfg = RunConfig.from_yaml(ROOT / "conf" / "guangdong.yaml")
+    assert cfg.generator.pool.resources == {"generator": 1}
+    vllm_judges = [e for e in cfg.judges.values() if e.backend == "vllm"]
+    assert vllm_judges
+    assert all(e.pool.resources == {"judge": 1} for e in vllm_judges)
+
+
+def test_job_entrypoint_adds_auto_address() -> None:
+    sys.path.insert(0, str(ROOT / "jobs"))
+    try:
+        from cube_eval import job_argv  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    assert job_argv(["conf/x.yaml"]) == ["run", "conf/x.yaml", "--address", "auto"]
+    assert job_argv(["c.yaml", "--address", "ray://h:10001"]) == [
+        "run",
+        "c.yaml",
+        "--address",
+        "ray://h:10001",
+    ]
