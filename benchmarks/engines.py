@@ -40,6 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 ENV = {
+    # The same thread count in the driver (bare) and in the actor; otherwise
+    # Ray sets OMP_NUM_THREADS from the actor's num_cpus and the comparison
+    # measures thread settings, not Ray Data.
+    "OMP_NUM_THREADS": "2",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
@@ -137,7 +141,10 @@ class BenchStage:
         results = self.engine.score([str(p) for p in batch["prompt"]], mode="argmax")
         end = time.time()
         n = len(results)
+        import torch
+
         return {
+            "threads": [torch.get_num_threads()] * n,
             "score": [r.score for r in results],
             "status": [r.status for r in results],
             "t_start": [start] * n,
@@ -262,6 +269,10 @@ def main() -> None:
     )
 
     n = len(prompts)
+    import torch
+
+    out["threads_bare"] = torch.get_num_threads()
+    out["threads_actor"] = sorted({int(r["threads"]) for r in rows})
     out.update(
         requests=n,
         batch_size=args.batch_size,

@@ -471,14 +471,25 @@ class _Driver:
         )
 
     def light_map(
-        self, ds: Dataset, fn: Callable[..., pa.Table], **kwargs: Any
+        self,
+        ds: Dataset,
+        fn: Callable[..., pa.Table],
+        *,
+        rows: int,
+        **kwargs: Any,
     ) -> Dataset:
+        """A task map building stage inputs in blocks of ``rows`` input rows.
+
+        Blocks the size of one engine batch (of input rows) make the actor
+        pool hand back finished rows per batch, so the driver writes them soon
+        and a crash loses little.
+        """
         return ds.map_batches(
             fn,
             fn_kwargs=kwargs,
             batch_format="pyarrow",
             num_cpus=self.config.ray.task_num_cpus,
-            batch_size=1024,
+            batch_size=rows,
         )
 
     # -- one LLM stage -------------------------------------------------------------
@@ -759,7 +770,9 @@ class _Driver:
             engine_fingerprint(cfg.generator), _template_text(cfg.prompts.question)
         )
         docs = self.read(DOCUMENTS)
-        inputs = self.light_map(docs, question_inputs, fingerprint=fp)
+        inputs = self.light_map(
+            docs, question_inputs, rows=cfg.generator.pool.batch_size, fingerprint=fp
+        )
         self.n_questions = self.n_docs
         self.run_stage(
             QUESTIONS,
@@ -788,7 +801,12 @@ class _Driver:
             engine_fingerprint(cfg.generator), _template_text(cfg.prompts.answer)
         )
         qdocs = self._qdocs([schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION])
-        inputs = self.light_map(qdocs, answer_inputs, fingerprint=fp)
+        inputs = self.light_map(
+            qdocs,
+            answer_inputs,
+            rows=max(1, cfg.generator.pool.batch_size // 2),
+            fingerprint=fp,
+        )
         self.run_stage(
             "answers:bounds",
             table=ANSWERS,
@@ -818,7 +836,11 @@ class _Driver:
                 QUESTIONS, columns=[schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
             )
             inputs = self.light_map(
-                questions, system_inputs, system=system.name, fingerprint=fp
+                questions,
+                system_inputs,
+                rows=system.pool.batch_size,
+                system=system.name,
+                fingerprint=fp,
             )
             self.run_stage(
                 f"answers:{system.name}",
@@ -860,7 +882,12 @@ class _Driver:
                 answers, qdocs, "inner", (schema.QUESTION_ID,), n_answers
             )
             inputs = self.light_map(
-                joined, judge_inputs, judge=judge, fingerprints=fps, dimensions=dims
+                joined,
+                judge_inputs,
+                rows=max(1, engine.pool.batch_size // len(dims)),
+                judge=judge,
+                fingerprints=fps,
+                dimensions=dims,
             )
             self.run_stage(
                 f"scores:{judge}",

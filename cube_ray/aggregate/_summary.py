@@ -250,13 +250,14 @@ class _Aggregation:
             return k
         unknown = sorted(set(k) - set(self.rag_systems))
         missing = sorted(set(self.rag_systems) - set(k))
-        if unknown or missing:
+        if missing:
             raise ConfigError(
-                f"k is given per system but does not match the systems under test"
-                f" {self.rag_systems}: unknown {unknown}, missing {missing}. Give one"
-                " k per system, or a single k for all."
+                f"k is given per system but not for {missing} (systems under test:"
+                f" {self.rag_systems}). Give one k per system, or a single k for all."
             )
-        return dict(k)
+        if unknown:
+            self.notes.append(f"k given for systems without answers: {unknown}")
+        return {name: k[name] for name in self.rag_systems}
 
     # --- the heavy passes over the score rows ------------------------------
     def _use_histograms(self) -> bool:
@@ -500,8 +501,16 @@ class _Aggregation:
                 )
             return weighted
         if spec == "equal":
-            table = {d: 1.0 for d in self.dimensions}
-            fixed = {j: table for j in self.judges}
+            # Over the dimensions each judge actually scored.
+            scored = (
+                self.frames["stats"]
+                .group_by(schema.JUDGE)
+                .agg(pl.col(schema.DIMENSION).unique())
+            )
+            fixed = {
+                str(judge): {str(d): 1.0 for d in dims}
+                for judge, dims in scored.iter_rows()
+            }
         else:
             fixed = self._fixed_weights(spec)
         rows = [
@@ -710,17 +719,24 @@ class _Aggregation:
             judges[row[schema.JUDGE]]["n_scores"][s][set_name][
                 row[schema.DIMENSION]
             ] = row[N]
+        no_hits = {
+            row[schema.SYSTEM]: row[N_RETRIEVED] == 0
+            for row in recall.iter_rows(named=True)
+        }
         for row in sorted(
             norm.iter_rows(named=True), key=lambda r: sorted_fig[r[_FIGURE]]
         ):
             jd = judges[row[schema.JUDGE]]
             s, fig, value = row[schema.SYSTEM], row[_FIGURE], _finite(row["normalized"])
             jd["normalized"][s][fig] = value
-            if row["reason"] is not None:
-                jd["null_reasons"].setdefault(s, {})[fig] = row["reason"]
+            reason = row["reason"]
+            if reason == "missing scores" and row["rag"] is None and no_hits.get(s):
+                reason = "no retrieved questions"
+            if reason is not None:
+                jd["null_reasons"].setdefault(s, {})[fig] = reason
                 self.flags.append(
                     {
-                        "flag": row["reason"],
+                        "flag": reason,
                         "judge": row[schema.JUDGE],
                         "system": s,
                         "figure": f"normalized.{fig}",

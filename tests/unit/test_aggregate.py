@@ -286,8 +286,10 @@ def test_k_per_system_must_match_systems() -> None:
     answers, scores = study(
         zero=[2, 4, 6], full=[8, 8, 8], rag=[7, 6, 3], ranks=[1, 2, 0]
     )
-    with pytest.raises(ConfigError, match="missing"):
+    with pytest.raises(ConfigError, match=r"not for \['rag'\]"):
         summarize(answers, scores, options=AggregateOptions(k={"rag@x": 8}))
+    out = summarize(answers, scores, options=AggregateOptions(k={"rag": 8, "x": 3}))
+    assert "k given for systems without answers: ['x']" in out["notes"]
 
 
 @pytest.mark.parametrize(
@@ -364,3 +366,25 @@ def test_building_blocks() -> None:
     assert w["fallback"].to_list() == [False, False, True, True]
     cj = cross_judge(pl.DataFrame({"v": [1.0, float("nan"), 3.0]}), by=[], value="v")
     assert cj.row(0) == (2.0, pytest.approx(math.sqrt(2)), 2)
+
+
+def test_no_retrieved_questions_and_equal_weights_per_judge() -> None:
+    answers, scores = study(
+        zero=[2, 4, 6], full=[8, 8, 8], rag=[7, 6, 3], ranks=[0, 0, 0],
+        dims=("a", "b"),
+    )  # fmt: skip
+    out = summarize(answers, scores, options=AggregateOptions(trim=0.0))
+    j = out["judges"]["j"]
+    assert j["recall_at_k"]["rag"] == 0.0
+    assert j["cube"]["rag"] is None
+    assert j["null_reasons"]["rag"]["weighted"] == "no retrieved questions"
+    # A judge that never scored dimension b: equal weights over what it scored.
+    answers, scores = study(
+        zero=[2, 4, 6], full=[8, 8, 8], rag=[7, 6, 3], ranks=[1, 2, 0],
+        judges=("j1", "j2"), dims=("a", "b"),
+    )  # fmt: skip
+    scores = scores.filter(~((pl.col("judge") == "j2") & (pl.col("dimension") == "b")))
+    out = summarize(answers, scores, options=AggregateOptions(weights="equal"))
+    assert out["judges"]["j2"]["weights"]["rag"] == {"a": 1.0, "b": 0.0}
+    assert out["judges"]["j1"]["weights"]["rag"] == {"a": 0.5, "b": 0.5}
+    assert out["judges"]["j2"]["cube"]["rag"] is not None
