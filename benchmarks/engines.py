@@ -6,7 +6,10 @@ the same constrained sampling (structured choice "0".."10", 3 tokens), in one
 process run:
 
 * ``bare``: ``vllm.LLM.generate`` on all prompts at once (after a warm-up on
-  other prompts, so both sides run warm);
+  other prompts, so every side runs warm; prefix cache reset before each timed
+  run, so every side starts cold on the measured prompts), as text (vLLM
+  tokenises: ``bare``) and as token ids tokenised outside the timer
+  (``bare_ids``), alternating, median of two each;
 * ``engine``: ``VllmEngine.score`` in-process (our tokenisation and parsing);
 * ``ray``: a Ray Data ``map_batches`` actor pool whose actors build the engine
   with ``build_engine`` (warm-up in ``__init__``, like bare) and score per batch.
@@ -213,11 +216,31 @@ def main() -> None:
         temperature=0.0,
         structured_outputs=StructuredOutputsParams(choice=list(SCORE_CHOICES)),
     )
+    from vllm.inputs import TokensPrompt
+
+    vtok = llm.get_tokenizer()
     llm.generate(warmup, params, use_tqdm=False)
-    t0 = time.perf_counter()
-    bare = llm.generate(prompts, params, use_tqdm=False)
-    bare_s = time.perf_counter() - t0
-    assert all(o.outputs[0].text in SCORE_CHOICES for o in bare)
+    bare_runs: dict[str, list[float]] = {"text": [], "ids": []}
+    tokenize_s = 0.0
+    for _ in range(2):  # alternate, twice: the machine is shared and noisy
+        for kind in ("text", "ids"):
+            # Every timed run starts cold, like the engine and the pool do.
+            llm.reset_prefix_cache()
+            if kind == "ids":
+                # Tokenised outside the timer: generation alone.
+                t0 = time.perf_counter()
+                batch: list[Any] = [
+                    TokensPrompt(prompt_token_ids=list(vtok.encode(p))) for p in prompts
+                ]
+                tokenize_s = time.perf_counter() - t0
+            else:
+                batch = list(prompts)
+            t0 = time.perf_counter()
+            bare = llm.generate(batch, params, use_tqdm=False)
+            bare_runs[kind].append(time.perf_counter() - t0)
+            assert all(o.outputs[0].text in SCORE_CHOICES for o in bare)
+    bare_s = statistics.median(bare_runs["text"])
+    bare_ids_s = statistics.median(bare_runs["ids"])
     llm.llm_engine.engine_core.shutdown()
     del llm, bare
 
@@ -267,6 +290,8 @@ def main() -> None:
     ray_s = max(float(r["t_end"]) for r in rows) - min(
         float(r["t_start"]) for r in rows
     )
+    spans = {(float(r["t_start"]), float(r["t_end"])) for r in rows}
+    ray_busy_s = sum(b - a for a, b in spans)
 
     n = len(prompts)
     import torch
@@ -279,11 +304,16 @@ def main() -> None:
         actors=args.actors,
         bare_start_s=round(bare_start_s, 2),
         bare_rps=round(n / bare_s, 1),
+        bare_ids_rps=round(n / bare_ids_s, 1),
+        bare_runs_s={k: [round(x, 2) for x in v] for k, v in bare_runs.items()},
+        tokenize_s=round(tokenize_s, 2),
         engine_rps=round(n / engine_s, 1),
         ray_rps=round(n / ray_s, 1),
         ray_end_to_end_s=round(ray_e2e_s, 1),
         ratio_ray_vs_bare=round(bare_s / ray_s, 3),
         ratio_engine_vs_bare=round(bare_s / engine_s, 3),
+        ratio_ray_vs_bare_ids=round(bare_ids_s / ray_s, 3),
+        ray_batch_engine_s=round(ray_busy_s, 2),
     )
     print(json.dumps(out, ensure_ascii=False, indent=1))
     if args.json:

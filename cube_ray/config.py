@@ -240,6 +240,10 @@ class RayConfig(StrictModel):
     flush_seconds: float = Field(default=10.0, gt=0)
     """Longest time finished rows wait on the driver before being written (what
     a crash can lose)."""
+    driver_resume_rows: int = Field(default=250_000, ge=0)
+    """Up to this many already-written rows of a stage, resume bookkeeping
+    (which rows are done, which are stale) runs on the driver with a broadcast
+    set; above it, with Ray Data hash joins (no driver memory)."""
     progress: bool = True
     """Show a progress bar per stage."""
 

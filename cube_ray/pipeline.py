@@ -394,6 +394,51 @@ def _keep_current(batch: pa.Table) -> pa.Table:
     return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])
 
 
+def _header_columns(path: Path) -> set[str] | None:
+    """Column names of a JSONL/CSV/Parquet file from its header (None: unknown)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq") or path.is_dir():
+            files = [path] if path.is_file() else sorted(path.glob("*.parquet"))
+            return set(pq.read_schema(files[0]).names) if files else None
+        with path.open(encoding="utf-8") as fh:
+            first = fh.readline()
+        if suffix in (".jsonl", ".json", ".ndjson"):
+            record = json.loads(first) if first.strip() else {}
+            return set(record) if isinstance(record, dict) else None
+        if suffix in (".csv", ".tsv"):
+            sep = "\t" if suffix == ".tsv" else ","
+            return {c.strip().strip('"') for c in first.rstrip("\r\n").split(sep)}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, pa.ArrowException):
+        return None
+    return None
+
+
+def _key_strings(table: pa.Table, key: tuple[str, ...]) -> list[str]:
+    """One string per row joining the key columns (for set lookups)."""
+    cols = [table.column(c).to_pylist() for c in key]
+    return ["\x1f".join(parts) for parts in zip(*cols, strict=True)]
+
+
+_DONE_CACHE: dict[str, Any] = {}
+
+
+def _drop_done(batch: pa.Table, *, done: list[Any], key: tuple[str, ...]) -> pa.Table:
+    """Drop rows whose (key, input hash) is in the broadcast done set."""
+    import ray
+
+    ref = done[0]
+    cache_key = ref.hex()
+    if cache_key not in _DONE_CACHE:
+        _DONE_CACHE.clear()
+        _DONE_CACHE[cache_key] = ray.get(ref)
+    seen = _DONE_CACHE[cache_key]
+    keys = _key_strings(batch, key)
+    hashes = batch.column(INPUT_HASH).to_pylist()
+    mask = [f"{k}\x1f{h}" not in seen for k, h in zip(keys, hashes, strict=True)]
+    return batch.filter(pa.array(mask, pa.bool_()))
+
+
 def _status_ok(row: dict[str, Any]) -> bool:
     return bool(row[schema.STATUS] == schema.STATUS_OK)
 
@@ -507,8 +552,6 @@ class _Driver:
         out_schema: pa.Schema,
     ) -> None:
         """Anti-join with done rows, run the actor pool, write parts."""
-        import ray.data
-
         key = KEYS[table]
         stats = StageStats(expected=expected)
         self.stats[label] = stats
@@ -516,21 +559,15 @@ class _Driver:
         table_dir = self.table_dir(table)
         existing = part_files(table_dir, label)
         todo = inputs
+        stale: set[str] | None = None
         if existing:
-            cols = [*key, schema.CONTENT_HASH]
-            done = ray.data.read_parquet(
-                [str(f) for f in existing],
-                columns=[*cols, schema.STATUS],
-                file_extensions=None,
-                partitioning=None,
-            )
-            if self.options.retry_failed:
-                done = done.filter(_status_ok)
-            done = done.select_columns(cols).rename_columns(
-                {schema.CONTENT_HASH: INPUT_HASH}
-            )
-            todo = self.join(inputs, done, "left_anti", (*key, INPUT_HASH), expected)
-            n_todo = todo.count()
+            small = _rows_in(existing) <= self.config.ray.driver_resume_rows
+            if small:
+                todo, stale = self._todo_small(inputs, existing, key)
+                n_todo = todo.count()
+            else:
+                todo = self._todo_join(inputs, existing, key, expected)
+                n_todo = todo.count()
             stats.skipped = expected - n_todo
             if n_todo == 0:
                 stats.seconds = time.monotonic() - start
@@ -577,12 +614,96 @@ class _Driver:
             bar.close()
         stats.written = writer.rows
         if existing and writer.rows:
-            self.compact(table, label, inputs, expected)
+            if stale is not None:
+                self._compact_small(table, label, existing, stale)
+            else:
+                self.compact(table, label, inputs, expected)
         stats.seconds = time.monotonic() - start
         self._say(
             f"{label}: {writer.rows} rows written, {stats.skipped} skipped "
             f"({stats.seconds:.1f} s)"
         )
+
+    def _todo_join(
+        self, inputs: Dataset, existing: list[Path], key: tuple[str, ...], rows: int
+    ) -> Dataset:
+        """Inputs whose (key, hash) is not written yet: a Ray Data anti-join."""
+        import ray.data
+
+        cols = [*key, schema.CONTENT_HASH]
+        done = ray.data.read_parquet(
+            [str(f) for f in existing],
+            columns=[*cols, schema.STATUS],
+            file_extensions=None,
+            partitioning=None,
+        )
+        if self.options.retry_failed:
+            done = done.filter(_status_ok)
+        done = done.select_columns(cols).rename_columns(
+            {schema.CONTENT_HASH: INPUT_HASH}
+        )
+        return self.join(inputs, done, "left_anti", (*key, INPUT_HASH), rows)
+
+    def _todo_small(
+        self, inputs: Dataset, existing: list[Path], key: tuple[str, ...]
+    ) -> tuple[Dataset, set[str]]:
+        """The anti-join for small stages: the done set is broadcast, no shuffle.
+
+        Returns the (materialised) rows to do and the keys among them that
+        already have a row with another hash (stale rows to drop afterwards).
+        """
+        import ray
+
+        done: set[str] = set()
+        written: set[str] = set()
+        for f in existing:
+            t = pq.read_table(f, columns=[*key, schema.CONTENT_HASH, schema.STATUS])
+            keys = _key_strings(t, key)
+            hashes = t.column(schema.CONTENT_HASH).to_pylist()
+            statuses = t.column(schema.STATUS).to_pylist()
+            for k, h, st in zip(keys, hashes, statuses, strict=True):
+                written.add(k)
+                if not self.options.retry_failed or st == schema.STATUS_OK:
+                    done.add(f"{k}\x1f{h}")
+        ref = ray.put(done)
+        todo = inputs.map_batches(
+            cast("Any", _drop_done),
+            fn_kwargs={"done": [ref], "key": key},
+            batch_format="pyarrow",
+            num_cpus=self.config.ray.task_num_cpus,
+        ).materialize()
+        stale: set[str] = set()
+        for block in todo.select_columns(list(key)).iter_batches(
+            batch_format="pyarrow", batch_size=None
+        ):
+            stale.update(k for k in _key_strings(block, key) if k in written)
+        return todo, stale
+
+    def _compact_small(
+        self, table: str, label: str, files: list[Path], stale: set[str]
+    ) -> None:
+        """Rewrite the stage's old part files without the stale keys."""
+        if not stale:
+            return
+        key = KEYS[table]
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        dropped = 0
+        for i, f in enumerate(files):
+            t = pq.read_table(f)
+            keep = pa.array([k not in stale for k in _key_strings(t, key)])
+            kept = t.filter(keep)
+            if kept.num_rows == t.num_rows:
+                continue
+            dropped += t.num_rows - kept.num_rows
+            if kept.num_rows:
+                writer = PartWriter(
+                    f.parent, run_stamp=stamp, stage=label, schema_=None
+                )
+                writer._seq = i  # one file per old file, unique within the stamp
+                writer.write(kept)
+                writer.flush()
+            f.unlink()
+        self._say(f"{label}: dropped {dropped} stale rows")
 
     def compact(self, table: str, label: str, inputs: Dataset, expected: int) -> None:
         """Drop a stage's rows whose key is in ``inputs`` with another hash.
@@ -752,15 +873,34 @@ class _Driver:
         )
 
     def _check_qa_files(self) -> None:
-        """Build QA-file systems once on the driver: bad files fail before Ray."""
-        from cube_ray.systems import build_system
+        """Check QA files' columns on the driver, reading only their header.
 
+        The full file is read by the system's actors; here a missing file or
+        column fails before anything is written or started.
+        """
         for system in self.config.systems:
-            if system.kind == "qa_file":
-                sut = build_system(
-                    system, documents_path="", generator=None, answer_template="answer"
-                )
-                sut.close()
+            if system.kind != "qa_file":
+                continue
+            path = Path(system.path)
+            if not path.exists():
+                msg = f"the QA file of system {system.name!r} does not exist"
+                raise InputError(msg, path=str(path))
+            columns = _header_columns(path)
+            if columns is None:
+                continue
+            wanted = [
+                system.question_field or system.question_id_field,
+                system.answer_field,
+                system.retrieved_field,
+            ]
+            for name in wanted:
+                if name not in columns:
+                    msg = (
+                        f"the QA file of system {system.name!r} has no column "
+                        f"{name!r} (columns: {sorted(columns)}); fix the file or "
+                        "the system's *_field settings"
+                    )
+                    raise InputError(msg, path=str(path), field=name)
 
     def questions(self) -> None:
         cfg = self.config
@@ -1001,14 +1141,22 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         summary_path = run_dir / "summary.json"
         _atomic_json(summary_path, summary)
     report_paths: list[Path] = []
+    report_error: str | None = None
     if options.report and summary is not None:
         try:
             from cube_ray.report import write_report
         except ImportError:
             write_report = None  # type: ignore[assignment]
         if write_report is not None:
-            paths = write_report(run_dir)
-            report_paths = [Path(str(p)) for p in _iter_paths(paths)]
+            # The report is a view of finished results: its failure must not
+            # fail (or hide) the run.
+            try:
+                paths = write_report(run_dir)
+            except Exception as exc:
+                report_error = f"{type(exc).__name__}: {exc}"
+                print(f"cube-ray: report not written: {report_error}", file=sys.stderr)
+            else:
+                report_paths = [Path(str(p)) for p in _iter_paths(paths)]
     manifest.update(
         {
             "status": "complete",
@@ -1017,6 +1165,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
             "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
             "failures": _failures(driver.stats),
             "summary": "summary.json" if summary_path else None,
+            "report_error": report_error,
         }
     )
     _atomic_json(manifest_path, manifest)

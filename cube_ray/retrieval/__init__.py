@@ -1,4 +1,4 @@
-"""Retrieval of the built-in reference RAG: tokenisers, BM25 index, rank fusion.
+"""Retrieval of the built-in reference RAG: tokenisers, BM25, dense, rank fusion.
 
 Answering is not done here (see :mod:`cube_ray.systems.builtin_rag`).
 """
@@ -10,7 +10,20 @@ from cube_ray.retrieval.bm25 import (
     ensure_bm25_index,
     iter_documents,
 )
-from cube_ray.retrieval.fusion import gold_rank, mean_reciprocal_rank, recall_at, rrf
+from cube_ray.retrieval.dense import (
+    DenseIndex,
+    Embedder,
+    HttpEmbedder,
+    build_dense_index,
+    ensure_dense_index,
+)
+from cube_ray.retrieval.fusion import (
+    gold_rank,
+    mean_reciprocal_rank,
+    recall_at,
+    rrf,
+    rrf_scored,
+)
 from cube_ray.retrieval.tokenizer import (
     TOKENIZER_VERSION,
     Language,
@@ -22,16 +35,22 @@ from cube_ray.retrieval.tokenizer import (
 __all__ = [
     "TOKENIZER_VERSION",
     "Bm25Index",
+    "DenseIndex",
+    "Embedder",
     "Hit",
+    "HttpEmbedder",
     "Language",
     "build_bm25_index",
+    "build_dense_index",
     "detect_language",
     "ensure_bm25_index",
+    "ensure_dense_index",
     "gold_rank",
     "iter_documents",
     "mean_reciprocal_rank",
     "recall_at",
     "rrf",
+    "rrf_scored",
     "tokenize",
     "tokenize_many",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["gold_rank", "mean_reciprocal_rank", "recall_at", "rrf"]
+__all__ = ["gold_rank", "mean_reciprocal_rank", "recall_at", "rrf", "rrf_scored"]
 
 
 def rrf(
@@ -26,13 +26,26 @@ def rrf(
     >>> rrf([["x"], []], top_n=0)
     []
     """
+    return [doc for doc, _ in rrf_scored(rankings, k=k, top_n=top_n)]
+
+
+def rrf_scored(
+    rankings: Sequence[Sequence[str]], *, k: int = 60, top_n: int | None = None
+) -> list[tuple[str, float]]:
+    """:func:`rrf` with each id's fused score.
+
+    >>> rrf_scored([["a", "b"], ["b"]], k=1)
+    [('b', 1.0), ('a', 0.5)]
+    """
     scores: dict[str, float] = {}
     for ranking in rankings:
         for rank, doc in enumerate(ranking, start=1):
             scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
     first = {doc: i for i, doc in enumerate(scores)}
     fused = sorted(scores, key=lambda d: (-scores[d], first[d]))
-    return fused if top_n is None else fused[:top_n]
+    if top_n is not None:
+        fused = fused[:top_n]
+    return [(doc, scores[doc]) for doc in fused]
 
 
 def gold_rank(retrieved: Sequence[str], gold: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ _CSV = (".csv", ".tsv")
 _JSONL = (".jsonl", ".ndjson", ".json")
 
 
-def read_rows(path: str | Path, *, what: str) -> tuple[list[str], list[dict[str, Any]]]:
+def read_rows(
+    path: str | Path, *, what: str
+) -> tuple[list[str], Iterable[dict[str, Any]]]:
     """Read a Parquet file or directory, a CSV/TSV file or a JSONL file as rows.
 
     CSV values are read as strings (ids keep their leading zeros). Row numbers in
@@ -29,7 +32,8 @@ def read_rows(path: str | Path, *, what: str) -> tuple[list[str], list[dict[str,
         what: What the file holds, for error messages (``"QA file"``).
 
     Returns:
-        The column names (in file order) and one dict per row.
+        The column names (in file order) and the rows as dicts; Parquet and CSV
+        rows are made one at a time from the columnar table (large files).
 
     Raises:
         InputError: If the file is missing, has an unknown suffix or cannot be parsed.
@@ -48,15 +52,15 @@ def read_rows(path: str | Path, *, what: str) -> tuple[list[str], list[dict[str,
                 msg = f"{what} is a directory without .parquet files"
                 raise InputError(msg, path=str(p))
             df = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
-            return df.columns, df.to_dicts()
+            return df.columns, df.iter_rows(named=True)
         if suffix in _PARQUET:
             df = pl.read_parquet(p)
-            return df.columns, df.to_dicts()
+            return df.columns, df.iter_rows(named=True)
         if suffix in _CSV:
             df = pl.read_csv(
                 p, infer_schema=False, separator="\t" if suffix == ".tsv" else ","
             )
-            return df.columns, df.to_dicts()
+            return df.columns, df.iter_rows(named=True)
         if suffix in _JSONL:
             return _read_jsonl(p, what=what)
     except InputError:

@@ -14,9 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cube_ray.engines.base import SamplingParams
+from cube_ray.env import secret
 from cube_ray.errors import ConfigError
 from cube_ray.prompts import render_answer
-from cube_ray.retrieval import Bm25Index, Hit, ensure_bm25_index
+from cube_ray.retrieval import (
+    Bm25Index,
+    DenseIndex,
+    Embedder,
+    Hit,
+    HttpEmbedder,
+    ensure_bm25_index,
+    ensure_dense_index,
+    rrf_scored,
+)
 from cube_ray.systems.base import QuestionIn, SystemAnswer
 
 if TYPE_CHECKING:
@@ -26,8 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BuiltinRagSystem",
+    "build_dense",
     "build_index",
     "default_index_root",
+    "open_dense",
     "open_index",
     "sampling_params",
 ]
@@ -50,11 +62,12 @@ def sampling_params(config: SamplingConfig) -> SamplingParams:
 
 
 class BuiltinRagSystem:
-    """BM25 retrieval plus generator answers; one instance per Ray actor.
+    """Retrieval (BM25, dense or hybrid) plus generator answers; one per actor.
 
-    The index is built once per corpus (see
+    Indexes are built once per corpus (see
     :func:`cube_ray.retrieval.ensure_bm25_index`) and memory-mapped by every
-    actor, so ``__init__`` of the second and later actors only loads it.
+    actor, so ``__init__`` of the second and later actors only loads them. The
+    BM25 index always exists: it also holds the texts put into the prompt.
 
     Args:
         config: The system's configuration.
@@ -62,6 +75,9 @@ class BuiltinRagSystem:
         engine: The generator engine (None: retrieval only; :meth:`answer` raises).
         sampling: Sampling parameters of the answers.
         answer_template: The answer prompt template (name or path).
+        dense: The dense index (retriever ``dense`` or ``hybrid``), in the same
+            document order as ``index``.
+        embedder: Embeds questions for the dense index.
     """
 
     def __init__(
@@ -72,11 +88,31 @@ class BuiltinRagSystem:
         engine: Engine | None,
         sampling: SamplingParams | None = None,
         answer_template: str = "answer",
+        dense: DenseIndex | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        _check_retriever(config)
+        if config.retriever != "bm25":
+            if dense is None or embedder is None:
+                msg = (
+                    f"system {config.name!r}: retriever {config.retriever!r} needs "
+                    "a dense index and an embedder"
+                )
+                raise ConfigError(msg)
+            if len(dense) != len(index):
+                msg = (
+                    f"system {config.name!r}: the dense index has {len(dense)} "
+                    f"documents, the BM25 index {len(index)}; rebuild both from "
+                    "the same documents"
+                )
+                raise ConfigError(msg)
         self.name = config.name
         self.k = config.k
+        self.retriever = config.retriever
         self.index = index
+        self.dense = dense
+        self._embedder = embedder
+        self._rrf_k = config.rrf_k
+        self._candidates = max(config.hybrid_candidates, config.k)
         self._engine = engine
         self._sampling = sampling or SamplingParams()
         self._template = answer_template
@@ -91,8 +127,9 @@ class BuiltinRagSystem:
         generator: EngineConfig | None,
         answer_template: str = "answer",
     ) -> BuiltinRagSystem:
-        """Build (or reuse) the index of ``documents_path`` and the generator."""
+        """Build (or reuse) the indexes of ``documents_path`` and the generator."""
         index = open_index(config, documents_path=documents_path)
+        dense, embedder = open_dense(config, documents_path=documents_path)
         engine = None
         sampling = None
         if generator is not None:
@@ -106,11 +143,34 @@ class BuiltinRagSystem:
             engine=engine,
             sampling=sampling,
             answer_template=answer_template,
+            dense=dense,
+            embedder=embedder,
         )
 
     def retrieve(self, questions: Sequence[str]) -> list[list[Hit]]:
-        """The top-k hits of each question, best first."""
-        return [self.index.search(q, k=self.k) for q in questions]
+        """The top-k hits of each question, best first.
+
+        Hybrid hits carry their reciprocal-rank-fusion score.
+        """
+        if self.retriever == "bm25" or not questions:
+            return [self.index.search(q, k=self.k) for q in questions]
+        assert self.dense is not None
+        assert self._embedder is not None
+        vectors = self._embedder(list(questions))
+        if self.retriever == "dense":
+            return [self.dense.search(v, k=self.k) for v in vectors]
+        out = []
+        for question, vector in zip(questions, vectors, strict=True):
+            lexical = self.index.search(question, k=self._candidates)
+            semantic = self.dense.search(vector, k=self._candidates)
+            where = {h.doc_id: h.index for h in (*semantic, *lexical)}
+            fused = rrf_scored(
+                [[h.doc_id for h in lexical], [h.doc_id for h in semantic]],
+                k=self._rrf_k,
+                top_n=self.k,
+            )
+            out.append([Hit(where[d], d, score) for d, score in fused])
+        return out
 
     def prompts(self, questions: Sequence[str]) -> tuple[list[str], list[list[Hit]]]:
         """The answer prompts (and the hits they were built from)."""
@@ -152,21 +212,14 @@ class BuiltinRagSystem:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
-
-
-def _check_retriever(config: BuiltinRagSystemConfig) -> None:
-    if config.retriever != "bm25":
-        msg = (
-            f"system {config.name!r}: retriever {config.retriever!r} is not "
-            "available yet in cube_ray's built-in RAG; use retriever: bm25 (dense "
-            "and hybrid retrieval are planned)"
-        )
-        raise ConfigError(msg)
+        close = getattr(self._embedder, "close", None)
+        if close is not None:
+            close()
+        self._embedder = None
 
 
 def build_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Path:
     """Build the BM25 index of a documents table if needed; its directory."""
-    _check_retriever(config)
     root = config.index_dir or default_index_root(documents_path)
     path = ensure_bm25_index(
         documents_path,
@@ -182,3 +235,47 @@ def build_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Path:
 def open_index(config: BuiltinRagSystemConfig, *, documents_path: str) -> Bm25Index:
     """Build the BM25 index of a documents table if needed, and load it."""
     return Bm25Index(build_index(config, documents_path=documents_path))
+
+
+def _embedder(config: BuiltinRagSystemConfig) -> HttpEmbedder:
+    assert config.embedding_url is not None
+    assert config.embedding_model is not None
+    api_key = None
+    if config.embedding_api_key_env:
+        api_key = secret(config.embedding_api_key_env)
+        if api_key is None:
+            msg = (
+                f"system {config.name!r}: embedding_api_key_env names "
+                f"{config.embedding_api_key_env}, which is not set; export it"
+            )
+            raise ConfigError(msg)
+    return HttpEmbedder(
+        base_url=config.embedding_url, model=config.embedding_model, api_key=api_key
+    )
+
+
+def build_dense(config: BuiltinRagSystemConfig, *, documents_path: str) -> Path | None:
+    """Build the dense index if the retriever needs one (else None)."""
+    if config.retriever == "bm25":
+        return None
+    assert config.embedding_model is not None
+    embedder = _embedder(config)
+    try:
+        return ensure_dense_index(
+            documents_path,
+            index_root=config.index_dir or default_index_root(documents_path),
+            embed=embedder,
+            model=config.embedding_model,
+        )
+    finally:
+        embedder.close()
+
+
+def open_dense(
+    config: BuiltinRagSystemConfig, *, documents_path: str
+) -> tuple[DenseIndex | None, HttpEmbedder | None]:
+    """The dense index and a question embedder, if the retriever needs them."""
+    path = build_dense(config, documents_path=documents_path)
+    if path is None:
+        return None, None
+    return DenseIndex(path), _embedder(config)

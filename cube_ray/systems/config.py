@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.engines.config import PoolConfig
@@ -62,7 +62,9 @@ class BuiltinRagSystemConfig(_SystemBase):
 
     kind: Literal["builtin_rag"] = "builtin_rag"
     retriever: Literal["bm25", "dense", "hybrid"] = "bm25"
-    """Retrieval method (``dense`` and ``hybrid`` are not available yet)."""
+    """Retrieval method: BM25, dense (embeddings, cosine) or hybrid (reciprocal
+    rank fusion of both). Dense and hybrid need ``embedding_url`` and
+    ``embedding_model``."""
     language: Literal["auto", "zh", "en"] = "auto"
     """Tokenisation: jieba for Chinese, a word split with English stopwords for
     English; ``auto`` decides from a sample of the corpus."""
@@ -71,9 +73,16 @@ class BuiltinRagSystemConfig(_SystemBase):
     b: float = Field(0.75, ge=0, le=1)
     """BM25 document-length normalisation."""
     embedding_model: str | None = None
-    """Local embedding model directory for dense/hybrid retrieval."""
+    """Embedding model name (or path) as the embedding endpoint knows it."""
+    embedding_url: str | None = None
+    """OpenAI-compatible endpoint root serving that model, e.g. a local
+    ``vllm serve MODEL --task embed`` at ``http://127.0.0.1:8000/v1``."""
+    embedding_api_key_env: str | None = None
+    """Name of the environment variable holding the endpoint's API key."""
     rrf_k: int = Field(60, ge=1)
     """Reciprocal-rank-fusion constant for hybrid retrieval."""
+    hybrid_candidates: int = Field(50, ge=1)
+    """Hybrid: how many hits of each retriever are fused (at least ``k``)."""
     index_dir: str | None = None
     """Where indexes are kept (one sub-directory per corpus and settings);
     default: ``index/`` beside the run's ``documents/``."""
@@ -83,6 +92,20 @@ class BuiltinRagSystemConfig(_SystemBase):
     max_reference_chars: int | None = Field(None, ge=1)
     """Cut each retrieved document to this many characters in the answer prompt
     (for small context windows); default: whole documents, as the full bound."""
+
+    @model_validator(mode="after")
+    def _dense_needs_endpoint(self) -> BuiltinRagSystemConfig:
+        if self.retriever != "bm25" and not (
+            self.embedding_url and self.embedding_model
+        ):
+            msg = (
+                f"retriever is {self.retriever!r} but embedding_url "
+                f"({self.embedding_url!r}) and embedding_model "
+                f"({self.embedding_model!r}) are not both set; set them to an "
+                "OpenAI-compatible embedding endpoint, or use retriever: bm25"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class HttpSystemConfig(_SystemBase):

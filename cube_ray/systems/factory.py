@@ -65,12 +65,14 @@ def build_system(
 def prepare_system(config: SystemConfig, *, documents_path: str) -> None:
     """Do a system's one-off set-up before its actors start (optional).
 
-    For the built-in RAG this builds the BM25 index of ``documents_path`` (a
-    no-op when it exists), so that actors only load it; on a large corpus call
-    it once on the driver or in one task with several CPUs (``index_workers``)
-    rather than leaving the build to the first actor. Other kinds: nothing.
+    For the built-in RAG this builds the BM25 (and dense) index of
+    ``documents_path`` (a no-op when they exist), so that actors only load
+    them; on a large corpus call it once on the driver or in one task with
+    several CPUs (``index_workers``) rather than leaving the build to the first
+    actor. Other kinds: nothing.
     """
     if config.kind == "builtin_rag":
-        from cube_ray.systems.builtin_rag import build_index
+        from cube_ray.systems.builtin_rag import build_dense, build_index
 
         build_index(config, documents_path=documents_path)
+        build_dense(config, documents_path=documents_path)

@@ -89,6 +89,9 @@ def load_question_file(
     where = str(path)
     what = "question file"
     columns, rows = read_rows(path, what=what)
+    if not columns:
+        msg = f"{what} has no rows; it needs one question per line/row"
+        raise InputError(msg, path=where)
     doc_col = _pick(columns, doc_id_field, DOC_ID_FIELDS)
     if doc_col is None:
         msg = (
@@ -101,9 +104,6 @@ def load_question_file(
     required = [question_field, doc_col]
     required += [c for c in (id_col, ref_col) if c is not None]
     require_columns(columns, required, path=where, what=what)
-    if not rows:
-        msg = f"{what} has no rows; it needs one question per line/row"
-        raise InputError(msg, path=where)
 
     known = set(known_doc_ids) if known_doc_ids is not None else None
     seen: dict[str, int] = {}
@@ -149,4 +149,7 @@ def load_question_file(
         out[schema.DOC_ID].append(doc_id)
         out[schema.QUESTION].append(question)
         out[schema.REFERENCE_ANSWER].append(ref or None)
+    if not seen:
+        msg = f"{what} has no rows; it needs one question per line/row"
+        raise InputError(msg, path=where)
     return pl.DataFrame(out, schema=_OUT_SCHEMA)

@@ -85,8 +85,22 @@ def _unknown_engine(tmp: Path) -> str:
     return "judges.j2"
 
 
+def _bad_qa_file(tmp: Path) -> str:
+    (tmp / "qa.jsonl").write_text('{"question_id": "x", "reply": "y"}\n')
+    return "has no column 'answer'"
+
+
 @pytest.mark.parametrize(
-    "breaker", [_dupe, _missing_id, _empty_doc, _non_utf8, _bad_yaml, _unknown_engine]
+    "breaker",
+    [
+        _dupe,
+        _missing_id,
+        _empty_doc,
+        _non_utf8,
+        _bad_yaml,
+        _unknown_engine,
+        _bad_qa_file,
+    ],
 )
 @pytest.mark.parametrize("existing", [False, True])
 def test_bad_input_one_error_exit_2_run_dir_untouched(

@@ -110,6 +110,10 @@ def test_http_matches_in_process(
 # --- a fault-injecting proxy ---------------------------------------------------
 
 Action = str  # "forward", "503", "429", "500", "404", "slow", "garbage", "drop"
+TIMEOUT_S = 3.0
+"""Client timeout: generous, as a normal answer on a busy 2-core box can take 1 s."""
+SLOW_S = TIMEOUT_S + 0.5
+"""How long a "slow" fault stalls before answering (past the client timeout)."""
 
 
 class FaultProxy(ThreadingHTTPServer):
@@ -163,7 +167,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             if action == "slow":
-                time.sleep(1.0)
+                time.sleep(SLOW_S)
             conn = http.client.HTTPConnection(*self.server.upstream, timeout=30)
             conn.request("POST", self.path, raw, {"Content-Type": "application/json"})
             resp = conn.getresponse()
@@ -196,7 +200,7 @@ def _http(proxy: FaultProxy, **kw: Any) -> HttpSystem:
     cfg = HttpSystemConfig(
         url=_url(proxy, "/v1/answer"),
         k=3,
-        timeout_s=kw.pop("timeout_s", 0.5),
+        timeout_s=kw.pop("timeout_s", TIMEOUT_S),
         backoff_base_s=0.01,
         backoff_max_s=0.05,
         **kw,

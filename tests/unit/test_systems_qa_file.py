@@ -177,6 +177,10 @@ def test_question_file_errors(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match="repeats row 0"):
         load_question_file(dup)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(InputError, match="has no rows"):
+        load_question_file(empty, doc_id_field="doc_id")
 
 
 @pytest.mark.skipif(not NCP.is_dir(), reason=f"shared NCP data not found at {NCP}")
