@@ -454,9 +454,8 @@ def _pool_args(pool: PoolConfig) -> dict[str, Any]:
         ),
         "batch_size": pool.batch_size,
         "num_cpus": pool.num_cpus,
-        # Actors are restarted and their tasks retried when a node dies.
-        "max_restarts": -1,
-        "max_task_retries": -1,
+        # Ray Data's defaults (max_restarts=-1, max_task_retries=-1) restart
+        # actors and retry their tasks when a node dies.
     }
     if pool.num_gpus:
         args["num_gpus"] = pool.num_gpus
@@ -523,18 +522,13 @@ class _Driver:
         rows: int,
         **kwargs: Any,
     ) -> Dataset:
-        """A task map building stage inputs in blocks of ``rows`` input rows.
-
-        Blocks the size of one engine batch (of input rows) make the actor
-        pool hand back finished rows per batch, so the driver writes them soon
-        and a crash loses little.
-        """
+        """A task map building stage inputs (at least 1024 input rows per call)."""
         return ds.map_batches(
             fn,
             fn_kwargs=kwargs,
             batch_format="pyarrow",
             num_cpus=self.config.ray.task_num_cpus,
-            batch_size=rows,
+            batch_size=max(rows, 1024),
         )
 
     # -- one LLM stage -------------------------------------------------------------
@@ -575,6 +569,10 @@ class _Driver:
                 return
         stage_cls.check_columns(inputs.columns())
         kwargs = {**stage_kwargs, "call_log": self.options.call_log}
+        # An actor hands back one block per input block: small input blocks
+        # (a few engine batches) let the driver write finished rows early, so
+        # a crash loses little.
+        todo = todo.repartition(target_num_rows_per_block=4 * pool.batch_size)
         out = todo.map_batches(
             _StageActor,
             fn_constructor_kwargs={"stage_cls": stage_cls, "kwargs": kwargs},

@@ -34,8 +34,8 @@ def rrf_scored(
 ) -> list[tuple[str, float]]:
     """:func:`rrf` with each id's fused score.
 
-    >>> rrf_scored([["a", "b"], ["b"]], k=1)
-    [('b', 1.0), ('a', 0.5)]
+    >>> [(d, round(s, 3)) for d, s in rrf_scored([["a", "b"], ["b"]], k=1)]
+    [('b', 0.833), ('a', 0.5)]
     """
     scores: dict[str, float] = {}
     for ranking in rankings:

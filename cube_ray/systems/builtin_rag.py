@@ -1,4 +1,4 @@
-"""cube_ray's reference RAG: BM25 over the corpus, answered by the generator.
+"""cube_ray's reference RAG: BM25, dense or hybrid retrieval, answered by the generator.
 
 Retrieval lives in :mod:`cube_ray.retrieval`; this module only puts the pieces
 together: retrieve the top k documents, render the answer prompt that the bounds

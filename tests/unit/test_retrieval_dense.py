@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ def bigram_embedding(text: str) -> list[float]:
     """A deterministic stand-in for a model: hashed character bigrams."""
     vec = [0.0] * DIM
     chars = [c for c in text if not c.isspace()]
-    for a, b in zip(chars, chars[1:], strict=False):
+    for a, b in itertools.pairwise(chars):
         h = hashlib.blake2b(f"{a}{b}".encode(), digest_size=4).digest()
         vec[int.from_bytes(h, "little") % DIM] += 1.0
     return vec

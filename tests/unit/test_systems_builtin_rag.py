@@ -95,12 +95,14 @@ def test_config_errors(documents: Path, tmp_path: Path) -> None:
         build_system(
             BuiltinRagSystemConfig(), documents_path=str(documents), generator=None
         )
-    with pytest.raises(ConfigError, match="'dense' is not available yet"):
-        build_system(
-            BuiltinRagSystemConfig(retriever="dense", embedding_model="/m"),
-            documents_path=str(documents),
-            generator=FakeEngineConfig(),
-        )
+    fake_index = BuiltinRagSystem.from_config(
+        BuiltinRagSystemConfig(), documents_path=str(documents), generator=None
+    ).index
+    dense_cfg = BuiltinRagSystemConfig(
+        retriever="dense", embedding_url="http://127.0.0.1:9/v1", embedding_model="m"
+    )
+    with pytest.raises(ConfigError, match="needs a dense index and an embedder"):
+        BuiltinRagSystem(dense_cfg, index=fake_index, engine=None)
     custom = tmp_path / "elsewhere"
     build_system(
         BuiltinRagSystemConfig(index_dir=str(custom), max_reference_chars=5),
