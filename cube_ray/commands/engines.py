@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -179,6 +180,9 @@ def check_engines(
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    # Keep stdout for the results (``--json`` lines); vLLM logs to stdout by
+    # default. Set before vLLM is imported.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     configs = load_engine_configs(args.config)
     if args.engine:
         unknown = sorted(set(args.engine) - set(configs))

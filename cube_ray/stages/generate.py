@@ -59,6 +59,17 @@ def _text_or_none(g: Generation) -> str | None:
     return text or None
 
 
+STATUS_EMPTY = "empty_output"
+"""Status of a generation that succeeded but produced only whitespace."""
+
+
+def _empty_as_status(gens: list[Generation], texts: list[str | None]) -> list[str]:
+    return [
+        g.status if g.status != schema.STATUS_OK or t else STATUS_EMPTY
+        for g, t in zip(gens, texts, strict=True)
+    ]
+
+
 class QuestionStage(Stage):
     """The generator, playing a citizen, writes one question per document.
 
@@ -109,10 +120,7 @@ class QuestionStage(Stage):
             schema.CONTENT_HASH: batch.column(INPUT_HASH).to_pylist(),
             **_gen_columns(gens),
         }
-        cols[schema.STATUS] = [
-            g.status if g.status != schema.STATUS_OK or q else "empty_output"
-            for g, q in zip(gens, questions, strict=True)
-        ]
+        cols[schema.STATUS] = _empty_as_status(gens, questions)
         return pa.Table.from_pydict(cols, schema=self.output_schema)
 
     def close(self) -> None:
@@ -195,6 +203,7 @@ class AnswerStage(Stage):
             schema.CONTENT_HASH: [r[INPUT_HASH] for r in rows],
             **_gen_columns(gens),
         }
+        cols[schema.STATUS] = _empty_as_status(gens, cols[schema.ANSWER])
         return pa.Table.from_pydict(cols, schema=self.output_schema)
 
     def close(self) -> None:

@@ -40,7 +40,10 @@ def cluster() -> Iterator[Any]:
         yield c
     finally:
         ray.shutdown()
-        c.shutdown()
+        try:
+            c.shutdown()
+        except ValueError:  # still attached to the head: detached now, retry
+            c.shutdown()
 
 
 @pytest.mark.timeout(1200)
