@@ -956,9 +956,31 @@ class _Driver:
             out_schema=ANSWERS_OUT_SCHEMA,
         )
 
+    def _prepare(self, system: Any) -> None:
+        """One-off set-up of a system (the built-in RAG's index) in one task.
+
+        The task is pinned to the driver's node, where the run dir (and so
+        the documents and the index) lives; the driver itself holds nothing.
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from cube_ray.systems import prepare_system
+
+        if system.kind != "builtin_rag":
+            return
+        node = ray.get_runtime_context().get_node_id()
+        remote: Any = ray.remote(cast("Any", prepare_system))
+        task = remote.options(
+            num_cpus=self.config.ray.task_num_cpus,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        )
+        ray.get(task.remote(system, documents_path=str(self.table_dir(DOCUMENTS))))
+
     def systems(self, corpus_fp: str) -> None:
         cfg = self.config
         for system in cfg.systems:
+            self._prepare(system)
             parts = [
                 json.dumps(
                     system.model_dump(mode="json", exclude={"pool"}), sort_keys=True
