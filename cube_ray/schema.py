@@ -14,9 +14,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = [
+    "ANSWER",
     "ANSWERS_EXTRA",
     "ANSWERS_SCHEMA",
-    "ANSWER",
     "BOUND_SYSTEMS",
     "COMPLETION_TOKENS",
     "CONTENT_HASH",
@@ -32,8 +32,8 @@ __all__ = [
     "QUESTIONS_EXTRA",
     "QUESTIONS_SCHEMA",
     "QUESTION_ID",
-    "RANK",
     "RAG",
+    "RANK",
     "RAW",
     "REFERENCE_ANSWER",
     "RETRIEVED_DOC_IDS",
