@@ -150,6 +150,10 @@ def _finite(value: Any) -> Any:
     return value
 
 
+_FLAG_ORDER = ("judge", "system", "figure", "flag")
+"""Sort key of the summary's flags list."""
+
+
 class _Aggregation:
     """One run of :func:`summarize` (keeps the intermediate frames together)."""
 
@@ -796,7 +800,11 @@ class _Aggregation:
             "counts": self._counts(recall_map),
             "judges": judges,
             "across_judges": across_out,
-            "flags": self.flags,
+            # Group iteration order is not deterministic; the summary must be.
+            "flags": sorted(
+                self.flags,
+                key=lambda f: tuple(str(f.get(k, "")) for k in _FLAG_ORDER),
+            ),
             "notes": self.notes,
         }
 

@@ -140,12 +140,13 @@ def masked_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
         r = cov / np.sqrt((dx * dx).sum(axis=-1) * (dy * dy).sum(axis=-1))
     # Constant columns are detected exactly (max == min), not by a variance
     # threshold, so the rule does not depend on the scale of the scores.
-    x_const = np.where(valid, x, np.inf).min(axis=-1) == np.where(
+    # ``initial`` keeps an empty selection (no pairs at all) well defined.
+    x_const = np.where(valid, x, np.inf).min(axis=-1, initial=np.inf) == np.where(
         valid, x, -np.inf
-    ).max(axis=-1)
-    y_const = np.where(valid, y, np.inf).min(axis=-1) == np.where(
+    ).max(axis=-1, initial=-np.inf)
+    y_const = np.where(valid, y, np.inf).min(axis=-1, initial=np.inf) == np.where(
         valid, y, -np.inf
-    ).max(axis=-1)
+    ).max(axis=-1, initial=-np.inf)
     undefined = (n < 2) | x_const | y_const
     out: FloatArray = np.where(undefined, np.nan, r)
     return out

@@ -285,7 +285,7 @@ def cube_chart(
     ax.set_ylabel("CuBE")
     ax.set_title("CuBE per system (bar: jury mean, whisker: 95% bootstrap CI)")
     ax.grid(axis="y", alpha=0.3)
-    if judges:
+    if labelled:  # no judge has a defined CuBE (e.g. nothing retrieved): no legend
         ax.legend(
             fontsize=8,
             title="judge",

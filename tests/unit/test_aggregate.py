@@ -388,3 +388,43 @@ def test_no_retrieved_questions_and_equal_weights_per_judge() -> None:
     assert out["judges"]["j2"]["weights"]["rag"] == {"a": 1.0, "b": 0.0}
     assert out["judges"]["j1"]["weights"]["rag"] == {"a": 0.5, "b": 0.5}
     assert out["judges"]["j2"]["cube"]["rag"] is not None
+
+
+@pytest.mark.skipif(not WORKED.is_dir(), reason=f"worked example not at {WORKED}")
+def test_summary_is_deterministic_under_row_order() -> None:
+    """The same tables in another row order give the same summary: every key,
+    list and flag in the same order, floats equal up to summation order."""
+    from cube_ray.aggregate import AggregateOptions, summarize
+
+    # rag@bm25 retrieves nothing, so its figures are null and flagged.
+    answers = pl.read_parquet(WORKED / "answers.parquet").with_columns(
+        pl.when(pl.col(schema.SYSTEM) == "rag@bm25")
+        .then(pl.lit(0, dtype=pl.Int32))
+        .otherwise(pl.col(schema.RANK))
+        .alias(schema.RANK)
+    )
+    scores = pl.read_parquet(WORKED / "scores.parquet")
+    options = AggregateOptions(weights="equal")
+    first = summarize(answers, scores, options=options)
+    shuffled = summarize(
+        answers.sample(fraction=1.0, shuffle=True, seed=1),
+        scores.sample(fraction=1.0, shuffle=True, seed=2),
+        options=options,
+    )
+
+    def same(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, float) and isinstance(b, float):
+            assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), path
+        elif isinstance(a, dict):
+            assert list(a) == list(b), path
+            for key in a:
+                same(a[key], b[key], f"{path}.{key}")
+        elif isinstance(a, list):
+            assert len(a) == len(b), path
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                same(x, y, f"{path}[{i}]")
+        else:
+            assert a == b, path
+
+    assert first["flags"], "the worked example should raise some flags"
+    same(first, shuffled, "summary")

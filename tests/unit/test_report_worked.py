@@ -191,3 +191,29 @@ def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "44.97" in md
     with pytest.raises(InputError):
         write_comparison([], out=out)
+
+
+def test_report_when_no_system_retrieved_its_gold_document(tmp_path: Path) -> None:
+    """A system that never retrieved the gold document: CuBE is 0 or undefined,
+    correlations over retrieved questions have no pairs; the report still renders
+    and says so instead of crashing."""
+    from cube_ray.aggregate import AggregateOptions, summarize
+
+    run = tmp_path / "run"
+    run.mkdir()
+    answers = pl.read_parquet(WORKED / "answers.parquet").with_columns(
+        pl.when(pl.col(schema.SYSTEM).str.starts_with("rag"))
+        .then(pl.lit(0, dtype=pl.Int32))
+        .otherwise(pl.col(schema.RANK))
+        .alias(schema.RANK)
+    )
+    scores = pl.read_parquet(WORKED / "scores.parquet")
+    answers.write_parquet(run / "answers.parquet")
+    scores.write_parquet(run / "scores.parquet")
+    summary = summarize(answers, scores, options=AggregateOptions())
+    assert summary["judges"]["judge-a"]["recall_at_k"]["rag@bm25"] == 0.0
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    paths = write_report(run, n_resamples=20)
+    html = paths.html.read_text(encoding="utf-8")
+    assert "fig-correlation" in _plots(html)
+    assert "rag@bm25" in html
