@@ -59,7 +59,7 @@ def calls(log: Path, stage: str) -> set[str]:
     }
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2400)
 def test_kill_9_in_judge_stage_then_resume(tmp_path: Path) -> None:
     corpus, ids = make_corpus(tmp_path, N_DOCS)
     qa = make_qa_file(tmp_path, ids)
