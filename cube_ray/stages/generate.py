@@ -70,7 +70,29 @@ def _empty_as_status(gens: list[Generation], texts: list[str | None]) -> list[st
     ]
 
 
-class QuestionStage(Stage):
+class _GeneratingStage(Stage):
+    """A stage whose engine generates text (built once per actor).
+
+    Holds the engine, its sampling settings and the prompt template.
+    """
+
+    default_template: str = ""
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        template: str | None = None,
+        engine_factory: EngineFactory = build_engine,
+        call_log: str | None = None,
+    ) -> None:
+        super().__init__(call_log=call_log)
+        self._engine = engine_factory(engine)
+        self._sampling = sampling_of(engine)
+        self._template = template if template is not None else self.default_template
+
+
+class QuestionStage(_GeneratingStage):
     """The generator, playing a citizen, writes one question per document.
 
     Input columns: ``doc_id``, ``text``, ``_input_hash``. Output: the questions
@@ -87,18 +109,7 @@ class QuestionStage(Stage):
     required = (schema.DOC_ID, schema.TEXT, INPUT_HASH)
     output_schema = QUESTIONS_OUT_SCHEMA
 
-    def __init__(
-        self,
-        engine: Any,
-        *,
-        template: str = "question",
-        engine_factory: EngineFactory = build_engine,
-        call_log: str | None = None,
-    ) -> None:
-        super().__init__(call_log=call_log)
-        self._engine = engine_factory(engine)
-        self._sampling = sampling_of(engine)
-        self._template = template
+    default_template = "question"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Generate the questions of a batch of documents."""
@@ -130,7 +141,7 @@ class QuestionStage(Stage):
             engine.close()
 
 
-class AnswerStage(Stage):
+class AnswerStage(_GeneratingStage):
     """The zero- and full-score bounds, written by the generator.
 
     ``zero`` answers with no context, ``full`` with only the gold document.
@@ -156,18 +167,7 @@ class AnswerStage(Stage):
     )
     output_schema = ANSWERS_OUT_SCHEMA
 
-    def __init__(
-        self,
-        engine: Any,
-        *,
-        template: str = "answer",
-        engine_factory: EngineFactory = build_engine,
-        call_log: str | None = None,
-    ) -> None:
-        super().__init__(call_log=call_log)
-        self._engine = engine_factory(engine)
-        self._sampling = sampling_of(engine)
-        self._template = template
+    default_template = "answer"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Answer a batch of (question, bound) rows."""
