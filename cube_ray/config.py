@@ -244,6 +244,9 @@ class RayConfig(StrictModel):
     """Up to this many already-written rows of a stage, resume bookkeeping
     (which rows are done, which are stale) runs on the driver with a broadcast
     set; above it, with Ray Data hash joins (no driver memory)."""
+    stage_retries: int = Field(default=2, ge=0)
+    """Times a stage is retried after Ray loses a worker, actor or node; a
+    retry sends only the rows not yet written."""
     progress: bool = True
     """Show a progress bar per stage."""
 

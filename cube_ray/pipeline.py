@@ -97,6 +97,7 @@ ANSWERS = "answers"
 SCORES = "scores"
 TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
 _TMP_PREFIX = ".tmp-"
+_PENDING_PREFIX = ".compact-pending-"
 _CUR_HASH = "_cur_hash"
 
 
@@ -146,6 +147,7 @@ class PartWriter:
         schema_: pa.Schema | None,
         max_rows: int = 8192,
         max_seconds: float = 10.0,
+        first_seq: int = 0,
     ) -> None:
         self.table_dir = table_dir
         self._stem = f"part-{run_stamp}-{_safe(stage)}"
@@ -155,7 +157,7 @@ class PartWriter:
         self._buf: list[pa.Table] = []
         self._buf_rows = 0
         self._last_flush = time.monotonic()
-        self._seq = 0
+        self._seq = first_seq
         self.rows = 0
         self.files: list[Path] = []
 
@@ -170,6 +172,11 @@ class PartWriter:
             self._buf_rows and time.monotonic() - self._last_flush >= self._max_seconds
         ):
             self.flush()
+
+    @property
+    def next_seq(self) -> int:
+        """Sequence number of the next part file (a retry continues from it)."""
+        return self._seq
 
     def flush(self) -> None:
         """Write the buffered rows as one part file."""
@@ -274,6 +281,7 @@ class StageStats:
     statuses: Counter[str] = field(default_factory=Counter)
     nodes: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    retries: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view for the manifest."""
@@ -286,6 +294,7 @@ class StageStats:
             "statuses": dict(self.statuses),
             "nodes": dict(self.nodes),
             "seconds": round(self.seconds, 3),
+            "retries": list(self.retries),
         }
 
 
@@ -377,6 +386,65 @@ class _StageActor:
         out: pa.Table = self._stage(batch)
         node = ray.get_runtime_context().get_node_id()
         return out.append_column(NODE_ID, pa.array([node] * out.num_rows, pa.string()))
+
+
+class _StageInterrupted(Exception):
+    """An attempt of a stage failed; ``__cause__`` is why, rows so far are written."""
+
+    def __init__(self, next_seq: int) -> None:
+        super().__init__("stage attempt interrupted")
+        self.next_seq = next_seq
+
+
+def _infra_errors() -> tuple[type[BaseException], ...]:
+    import ray.exceptions as rex
+
+    names = (
+        "ActorDiedError",
+        "ActorUnavailableError",
+        "NodeDiedError",
+        "ObjectLostError",
+        "OwnerDiedError",
+        "ObjectReconstructionFailedError",
+        "WorkerCrashedError",
+        "RaySystemError",
+        "LocalRayletDiedError",
+    )
+    return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
+
+
+def _is_infra_failure(exc: BaseException) -> bool:
+    """True when a lost worker, actor, object or node caused ``exc``.
+
+    Ray Data wraps them (``SystemException`` caused by ``ActorDiedError``), so
+    the whole cause chain is searched. A user-code error never counts: the
+    same rows would fail again.
+    """
+    kinds = _infra_errors()
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, kinds):
+            return True
+        if type(cur).__name__ == "UserCodeException":
+            return False
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _infra_reason(exc: BaseException) -> str:
+    """One line naming the Ray failure behind ``exc``."""
+    kinds = _infra_errors()
+    cur: BaseException | None = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, kinds):
+            first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+            return f"lost a Ray worker or node ({type(cur).__name__}: {first[:160]})"
+        cur = cur.__cause__ or cur.__context__
+    return f"Ray failure ({type(exc).__name__})"
 
 
 def _blocks(ds: Dataset) -> Iterator[pa.Table]:
@@ -545,29 +613,107 @@ class _Driver:
         pool: PoolConfig,
         out_schema: pa.Schema,
     ) -> None:
-        """Anti-join with done rows, run the actor pool, write parts."""
-        key = KEYS[table]
+        """Run one LLM stage, retrying its unfinished rows after a lost node.
+
+        A worker or node that dies (spot preemption, OOM kill, a lost
+        heartbeat) surfaces as a Ray system error. Rows already received are
+        written, so a retry is an ordinary resume: it sends only the rows not
+        yet written to the engines. Errors in our own or the engines' code are
+        not retried.
+        """
         stats = StageStats(expected=expected)
         self.stats[label] = stats
         start = time.monotonic()
+        attempts = self.config.ray.stage_retries + 1
+        first_seq = 0
+        for attempt in range(1, attempts + 1):
+            try:
+                self._run_stage_once(
+                    label,
+                    stats=stats,
+                    first_attempt=attempt == 1,
+                    first_seq=first_seq,
+                    table=table,
+                    inputs=inputs,
+                    stage_cls=stage_cls,
+                    stage_kwargs=stage_kwargs,
+                    pool=pool,
+                    out_schema=out_schema,
+                )
+                break
+            except _StageInterrupted as interrupted:
+                failure = interrupted
+            # Outside the handler, so the original error keeps its own chain.
+            cause = failure.__cause__
+            assert cause is not None
+            if attempt == attempts or not _is_infra_failure(cause):
+                raise cause
+            first_seq = failure.next_seq
+            reason = _infra_reason(cause)
+            stats.retries.append(reason)
+            wait = 2.0**attempt
+            self._say(
+                f"{label}: {reason}; {stats.written} rows are written, "
+                f"retrying the rest in {wait:.0f} s (attempt {attempt + 1} of "
+                f"{attempts})"
+            )
+            # Let the cluster notice the dead node before rescheduling on it.
+            time.sleep(wait)
+        stats.seconds = time.monotonic() - start
+
+    def _run_stage_once(
+        self,
+        label: str,
+        *,
+        stats: StageStats,
+        first_attempt: bool,
+        first_seq: int,
+        table: str,
+        inputs: Dataset,
+        stage_cls: type[Any],
+        stage_kwargs: dict[str, Any],
+        pool: PoolConfig,
+        out_schema: pa.Schema,
+    ) -> None:
+        """Anti-join with done rows, run the actor pool, write parts."""
+        key = KEYS[table]
+        expected = stats.expected
+        start = time.monotonic()
         table_dir = self.table_dir(table)
         existing = part_files(table_dir, label)
+        # Set while a stage adds rows to a table that had rows: a crash before
+        # the compaction that follows leaves stale rows, so the next run
+        # compacts even when it has no row left to do.
+        pending = table_dir / f"{_PENDING_PREFIX}{_safe(label)}"
+        was_pending = pending.exists()
         todo = inputs
         stale: set[str] | None = None
         if existing:
             small = _rows_in(existing) <= self.config.ray.driver_resume_rows
-            if small:
-                todo, stale = self._todo_small(inputs, existing, key)
+            try:
+                if small:
+                    todo, stale = self._todo_small(inputs, existing, key)
+                else:
+                    todo = self._todo_join(inputs, existing, key, expected)
                 n_todo = todo.count()
-            else:
-                todo = self._todo_join(inputs, existing, key, expected)
-                n_todo = todo.count()
-            stats.skipped = expected - n_todo
+            except Exception as exc:
+                raise _StageInterrupted(first_seq) from exc
+            if first_attempt:
+                stats.skipped = expected - n_todo
             if n_todo == 0:
-                stats.seconds = time.monotonic() - start
-                self._say(f"{label}: all {expected} rows already done, skipped")
+                if was_pending:
+                    self._compact_retrying(table, label, inputs, expected)
+                    pending.unlink(missing_ok=True)
+                elif first_attempt:
+                    self._say(f"{label}: all {expected} rows already done, skipped")
                 return
-        stage_cls.check_columns(inputs.columns())
+            pending.touch()
+        try:
+            stage_cls.check_columns(inputs.columns())
+        except CubeRayError:
+            raise
+        except Exception as exc:
+            raise _StageInterrupted(first_seq) from exc
         kwargs = {**stage_kwargs, "call_log": self.options.call_log}
         # An actor hands back one block per input block: small input blocks
         # (a few engine batches) let the driver write finished rows early, so
@@ -586,8 +732,9 @@ class _Driver:
             schema_=out_schema,
             max_rows=self.config.ray.write_rows,
             max_seconds=self.config.ray.flush_seconds,
+            first_seq=first_seq,
         )
-        bar = _Progress(self.progress, label, expected - stats.skipped)
+        bar = _Progress(self.progress, label, expected - stats.skipped - stats.written)
         try:
             for block in _blocks(out):
                 if block.num_rows == 0:
@@ -607,19 +754,26 @@ class _Driver:
                         setattr(stats, attr, getattr(stats, attr) + int(total or 0))
                 writer.write(rows)
                 bar.update(rows.num_rows)
+        except Exception as exc:
+            # Whatever the failure, rows already received are complete: keep them.
             writer.flush()
+            stats.written += writer.rows
+            raise _StageInterrupted(writer.next_seq) from exc
         finally:
             bar.close()
-        stats.written = writer.rows
-        if existing and writer.rows:
-            if stale is not None:
+        writer.flush()
+        stats.written += writer.rows
+        if existing and (writer.rows or was_pending):
+            if stale is not None and not was_pending:
                 self._compact_small(table, label, existing, stale)
             else:
-                self.compact(table, label, inputs, expected)
-        stats.seconds = time.monotonic() - start
+                # An interrupted earlier run may have left a key with rows of
+                # two hashes: only the join with the current inputs settles it.
+                self._compact_retrying(table, label, inputs, expected)
+            pending.unlink(missing_ok=True)
         self._say(
             f"{label}: {writer.rows} rows written, {stats.skipped} skipped "
-            f"({stats.seconds:.1f} s)"
+            f"({time.monotonic() - start:.1f} s)"
         )
 
     def _todo_join(
@@ -703,6 +857,20 @@ class _Driver:
             f.unlink()
         self._say(f"{label}: dropped {dropped} stale rows")
 
+    def _compact_retrying(
+        self, table: str, label: str, inputs: Dataset, expected: int
+    ) -> None:
+        """``compact``, retried after a lost node (it calls no engine)."""
+        attempts = self.config.ray.stage_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                self.compact(table, label, inputs, expected)
+                return
+            except Exception as exc:
+                if attempt == attempts or not _is_infra_failure(exc):
+                    raise
+                self._say(f"{label}: compaction {_infra_reason(exc)}; retrying")
+
     def compact(self, table: str, label: str, inputs: Dataset, expected: int) -> None:
         """Drop a stage's rows whose key is in ``inputs`` with another hash.
 
@@ -733,16 +901,18 @@ class _Driver:
             max_rows=self.config.ray.write_rows,
             max_seconds=1e9,
         )
-        for block in _blocks(kept):
-            writer.write(block)
-        writer.flush()
-        if writer.rows != rows:
-            for new in writer.files:
-                new.replace(table_dir / new.name)
-            for old in files:
-                old.unlink()
-            self._say(f"{label}: dropped {rows - writer.rows} stale rows")
-        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            for block in _blocks(kept):
+                writer.write(block)
+            writer.flush()
+            if writer.rows != rows:
+                for new in writer.files:
+                    new.replace(table_dir / new.name)
+                for old in files:
+                    old.unlink()
+                self._say(f"{label}: dropped {rows - writer.rows} stale rows")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _say(self, text: str) -> None:
         if self.progress:

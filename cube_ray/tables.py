@@ -50,7 +50,14 @@ def parquet_files(path: str | os.PathLike[str]) -> list[Path]:
     """
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*.parquet") if f.is_file())
+        # Hidden files (".tmp-part-*" being written, or left by a crash) are
+        # never complete tables.
+        files = sorted(
+            f
+            for f in p.rglob("*.parquet")
+            if f.is_file()
+            and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        )
         if not files:
             raise InputError(
                 "the directory holds no .parquet file. Expected a Parquet file or a "

@@ -41,7 +41,11 @@ def read_table(path: Path, kind: str) -> pl.DataFrame | None:
         if isinstance(frame, pl.DataFrame):
             return frame
     if target.is_dir():
-        files = sorted(target.rglob("*.parquet"))
+        files = sorted(
+            f
+            for f in target.rglob("*.parquet")
+            if not any(part.startswith(".") for part in f.relative_to(target).parts)
+        )
         if not files:
             return None
         try:
