@@ -1275,8 +1275,9 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     options = AggregateOptions(
         k=k, trim=agg.trim, weights=weights, bounds_on=agg.bounds_on
     )
-    answers = read_answers(str(run_dir / ANSWERS))
-    scores = read_scores(str(run_dir / SCORES))
+    # Lean: keys, ranks, scores and statuses only; no texts on the driver.
+    answers = read_answers(str(run_dir / ANSWERS), lean=True)
+    scores = read_scores(str(run_dir / SCORES), lean=True)
     summary: dict[str, Any] = summarize(answers, scores, options=options)
     return summary
 

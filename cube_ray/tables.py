@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.errors import InputError
@@ -31,6 +32,8 @@ __all__ = [
 
 _ANSWER_KEY = (schema.QUESTION_ID, schema.SYSTEM)
 _SCORE_KEY = (schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION)
+_LEAN_SKIP = (schema.ANSWER, schema.RAW)
+"""Columns a lean read leaves null: texts the aggregation never looks at."""
 _ROW = "__row"
 
 
@@ -74,9 +77,24 @@ def parquet_files(path: str | os.PathLike[str]) -> list[Path]:
     return [p]
 
 
-def _read(path: Path) -> pl.DataFrame:
+def _read(path: Path, lean: pa.Schema | None = None) -> pl.DataFrame:
+    """Read one file; with ``lean``, only that schema's columns plus ``status``.
+
+    Lean reads are for the aggregation, which needs neither texts nor token
+    counts: a column of ``lean`` typed as a nullable string that the schema
+    does not require (the answer text) is read as all-null, which keeps
+    the driver's memory to keys and scores on multi-million-row runs.
+    """
     try:
-        return pl.read_parquet(path)
+        if lean is None:
+            return pl.read_parquet(path)
+        present = set(pq.read_schema(path).names)
+        wanted = [f.name for f in lean if f.name not in _LEAN_SKIP]
+        if schema.STATUS not in wanted:
+            wanted.append(schema.STATUS)
+        df = pl.read_parquet(path, columns=[c for c in wanted if c in present])
+        missing = [c for c in _LEAN_SKIP if c in lean.names and c in present]
+        return df.with_columns(pl.lit(None, pl.String).alias(c) for c in missing)
     except Exception as exc:  # polars/pyarrow/OS errors all mean "unreadable"
         raise InputError(
             f"cannot be read as Parquet ({type(exc).__name__}: {exc}). Expected a "
@@ -85,11 +103,13 @@ def _read(path: Path) -> pl.DataFrame:
         ) from None
 
 
-def read_answers(path: str | os.PathLike[str]) -> pl.DataFrame:
+def read_answers(path: str | os.PathLike[str], *, lean: bool = False) -> pl.DataFrame:
     """Read and validate an answers table.
 
     Args:
         path: A Parquet file or a directory of Parquet files.
+        lean: Read only what the aggregation needs: the schema's columns and
+            ``status``, with the answer text as nulls.
 
     Returns:
         The rows of every file, with the schema's columns in the schema's types
@@ -99,14 +119,17 @@ def read_answers(path: str | os.PathLike[str]) -> pl.DataFrame:
         InputError: Unreadable file, missing or mistyped column, bad value,
             duplicate (question_id, system) rows, no zero/full/rag rows.
     """
-    return _read_table(path, validate_answers, _ANSWER_KEY)
+    return _read_table(
+        path, validate_answers, _ANSWER_KEY, schema.ANSWERS_SCHEMA if lean else None
+    )
 
 
-def read_scores(path: str | os.PathLike[str]) -> pl.DataFrame:
+def read_scores(path: str | os.PathLike[str], *, lean: bool = False) -> pl.DataFrame:
     """Read and validate a scores table.
 
     Args:
         path: A Parquet file or a directory of Parquet files.
+        lean: Read only the schema's columns and ``status``.
 
     Returns:
         The rows of every file, with the schema's columns in the schema's types
@@ -117,19 +140,22 @@ def read_scores(path: str | os.PathLike[str]) -> pl.DataFrame:
             0..10, duplicate (question_id, system, judge, dimension) rows, no
             zero/full rows.
     """
-    return _read_table(path, validate_scores, _SCORE_KEY)
+    return _read_table(
+        path, validate_scores, _SCORE_KEY, schema.SCORES_SCHEMA if lean else None
+    )
 
 
 def _read_table(
     path: str | os.PathLike[str],
     validate: Any,
     key: Sequence[str],
+    lean: pa.Schema | None = None,
 ) -> pl.DataFrame:
     files = parquet_files(path)
     if len(files) == 1:
-        result: pl.DataFrame = validate(_read(files[0]), source=str(files[0]))
+        result: pl.DataFrame = validate(_read(files[0], lean), source=str(files[0]))
         return result
-    frames = [(f, validate(_read(f), source=str(f), whole=False)) for f in files]
+    frames = [(f, validate(_read(f, lean), source=str(f), whole=False)) for f in files]
     combined = pl.concat([df for _, df in frames], how="diagonal_relaxed")
     try:
         _check_duplicates(combined, key, source=str(path))

@@ -204,3 +204,29 @@ def test_validate_in_memory_names_the_source() -> None:
         validate_scores(
             scores_frame().with_columns(pl.col("score") - 5), source="judge stage"
         )
+
+
+def test_lean_read_keeps_keys_ranks_scores_and_status_only(tmp_path: Path) -> None:
+    d = tmp_path / "answers"
+    a = answers_frame().with_columns(
+        pl.lit("ok").alias("status"), pl.lit(1.5).alias("latency_s")
+    )
+    write(a.head(3), d / "part-0.parquet")
+    write(a.tail(3), d / "part-1.parquet")
+    # A crash leftover: never read, lean or not.
+    write(a.head(1), d / ".tmp-part-2.parquet")
+    lean = read_answers(d, lean=True)
+    assert "latency_s" not in lean.columns
+    assert lean["answer"].null_count() == lean.height == 6
+    assert lean["rank"].to_list() == a["rank"].to_list()
+    assert lean["status"].to_list() == ["ok"] * 6
+    assert read_answers(d).height == 6
+    s = read_scores(write(scores_frame(), tmp_path / "scores.parquet"), lean=True)
+    assert s["raw"].null_count() == s.height  # the judge's raw text is not read
+    assert s["score"].to_list() == scores_frame()["score"].to_list()
+    assert s["status"].to_list() == scores_frame()["status"].to_list()
+    # Lean reads validate as strictly: a missing column is still named.
+    bad = tmp_path / "bad.parquet"
+    write(answers_frame().drop("answer"), bad)
+    with pytest.raises(InputError, match="answer"):
+        read_answers(bad, lean=True)
