@@ -754,10 +754,13 @@ class _Driver:
                         setattr(stats, attr, getattr(stats, attr) + int(total or 0))
                 writer.write(rows)
                 bar.update(rows.num_rows)
-        except Exception as exc:
-            # Whatever the failure, rows already received are complete: keep them.
+        except BaseException as exc:
+            # Whatever the failure (Ctrl-C included), rows already received are
+            # complete: keep them.
             writer.flush()
             stats.written += writer.rows
+            if not isinstance(exc, Exception):
+                raise
             raise _StageInterrupted(writer.next_seq) from exc
         finally:
             bar.close()

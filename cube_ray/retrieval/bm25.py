@@ -129,7 +129,7 @@ def _tokenized(
 ) -> Iterator[tuple[Sequence[str], Sequence[str], list[list[str]]]]:
     """Batches with their tokens, in order; tokenised in worker processes if > 1.
 
-    Tokenisation (jieba) is pure-Python and CPU-bound, so processes, not threads.
+    Tokenisation is CPU-bound and holds the GIL, so processes, not threads.
     At most ``2 * workers`` batches are in flight, which bounds memory.
     """
     if workers <= 1:

@@ -1,4 +1,4 @@
-"""Tokenisers for BM25: jieba for Chinese, a plain word split for English.
+"""Tokenisers for BM25: jieba (rjieba) for Chinese, a plain word split for English.
 
 Both lower-case and NFKC-normalise first (full-width ``５０％`` becomes ``50%``),
 drop tokens without a letter, digit or CJK character, and drop a short list of
@@ -8,7 +8,6 @@ recorded with the index, so queries are tokenised exactly as the documents were.
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 import unicodedata
@@ -27,7 +26,7 @@ __all__ = [
 
 Language = Literal["zh", "en"]
 
-TOKENIZER_VERSION = "1"
+TOKENIZER_VERSION = "2"
 """Bumped whenever tokenisation changes, so that cached indexes are rebuilt."""
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -159,27 +158,27 @@ _ZH_STOP = frozenset(
     ]
 )
 
-_jieba_lock = threading.Lock()
-_jieba: Any = None
+_segmenter_lock = threading.Lock()
+_segmenter: Any = None
 
 
-def _load_jieba() -> Any:
-    global _jieba
-    if _jieba is None:
-        with _jieba_lock:
-            if _jieba is None:
+def _load_segmenter() -> Any:
+    """rjieba: jieba's dictionary and algorithm (jieba-rs), about 20x faster."""
+    global _segmenter
+    if _segmenter is None:
+        with _segmenter_lock:
+            if _segmenter is None:
                 try:
-                    import jieba
+                    import rjieba
                 except ImportError as exc:
                     raise MissingDependencyError(
-                        "jieba",
+                        "rjieba",
                         extra="retrieval",
                         purpose="Chinese tokenisation for the built-in RAG",
                     ) from exc
-                jieba.setLogLevel(logging.WARNING)
-                jieba.initialize()
-                _jieba = jieba
-    return _jieba
+                rjieba.cut_for_search("预热")  # loads the dictionary once
+                _segmenter = rjieba
+    return _segmenter
 
 
 def _normalise(text: str) -> str:
@@ -189,24 +188,30 @@ def _normalise(text: str) -> str:
 def tokenize(text: str, *, language: Language) -> list[str]:
     """Split one text into BM25 terms.
 
-    Chinese uses jieba's search mode, which adds the sub-words of long words
-    (``中华人民共和国`` also yields ``中华``, ``人民``, ``共和国``), so a question
-    phrased with a shorter word still matches.
+    Chinese uses jieba's search mode (through rjieba), which adds the
+    sub-words of long words (``中华人民共和国`` also yields ``中华``, ``人民``,
+    ``共和国``), so a question phrased with a shorter word still matches.
+    Segments without a CJK character (phone numbers, URLs, English words) are
+    split into letter/digit runs, as in English.
 
     >>> tokenize("How do I RENEW my passport?", language="en")
     ['renew', 'passport']
     >>> tokenize("办理护照需要什么材料？", language="zh")
     ['办理', '护照', '材料']
+    >>> tokenize("咨询电话：020-12345", language="zh")
+    ['咨询', '电话', '咨询电话', '020', '12345']
     """
     norm = _normalise(text)
     if language == "en":
         return [w for w in _EN_WORD.findall(norm) if w not in _EN_STOP]
-    jieba = _load_jieba()
     out = []
-    for tok in jieba.cut_for_search(norm):
+    for tok in _load_segmenter().cut_for_search(norm):
         tok = tok.strip()
-        if tok and _KEEP.search(tok) and tok not in _ZH_STOP and tok not in _EN_STOP:
-            out.append(tok)
+        if not tok:
+            continue
+        for piece in (tok,) if _CJK.search(tok) else _EN_WORD.findall(tok):
+            if _KEEP.search(piece) and piece not in _ZH_STOP and piece not in _EN_STOP:
+                out.append(piece)
     return out
 
 

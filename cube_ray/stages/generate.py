@@ -59,6 +59,25 @@ def _text_or_none(g: Generation) -> str | None:
     return text or None
 
 
+def _first_line(text: str | None) -> str | None:
+    r"""One question: the first non-empty line of what the generator wrote.
+
+    Small and base models often keep writing after the question (another
+    question, a continuation of the document); the method asks for one.
+
+    >>> _first_line("  如何办理护士执业注册？\n\n办事指南：……")
+    '如何办理护士执业注册？'
+    >>> _first_line("\n\n") is None
+    True
+    """
+    if text is None:
+        return None
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
 STATUS_EMPTY = "empty_output"
 """Status of a generation that succeeded but produced only whitespace."""
 
@@ -95,6 +114,8 @@ class _GeneratingStage(Stage):
 class QuestionStage(_GeneratingStage):
     """The generator, playing a citizen, writes one question per document.
 
+    The first non-empty line of its output is the question.
+
     Input columns: ``doc_id``, ``text``, ``_input_hash``. Output: the questions
     table (``question_id`` = ``doc_id``: one question per document).
 
@@ -121,7 +142,7 @@ class QuestionStage(_GeneratingStage):
         ]
         self._log_calls(doc_ids)
         gens = self._engine.generate(prompts, sampling=self._sampling)
-        questions = [_text_or_none(g) for g in gens]
+        questions = [_first_line(_text_or_none(g)) for g in gens]
         cols: dict[str, Any] = {
             schema.QUESTION_ID: doc_ids,
             schema.DOC_ID: doc_ids,

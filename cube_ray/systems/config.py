@@ -66,8 +66,8 @@ class BuiltinRagSystemConfig(_SystemBase):
     rank fusion of both). Dense and hybrid need ``embedding_url`` and
     ``embedding_model``."""
     language: Literal["auto", "zh", "en"] = "auto"
-    """Tokenisation: jieba for Chinese, a word split with English stopwords for
-    English; ``auto`` decides from a sample of the corpus."""
+    """Tokenisation: jieba search mode (rjieba) for Chinese, a word split with
+    English stopwords for English; ``auto`` decides from a sample of the corpus."""
     k1: float = Field(1.5, gt=0)
     """BM25 term-frequency saturation."""
     b: float = Field(0.75, ge=0, le=1)
@@ -87,8 +87,8 @@ class BuiltinRagSystemConfig(_SystemBase):
     """Where indexes are kept (one sub-directory per corpus and settings);
     default: ``index/`` beside the run's ``documents/``."""
     index_workers: int = Field(1, ge=1)
-    """Processes that tokenise documents while the index is built (jieba is the
-    bottleneck of a build; use the actor's CPUs on large corpora)."""
+    """Processes that tokenise documents while the index is built (tokenising
+    is most of a build; use the actor's CPUs on large corpora)."""
     max_reference_chars: int | None = Field(None, ge=1)
     """Cut each retrieved document to this many characters in the answer prompt
     (for small context windows); default: whole documents, as the full bound."""

@@ -24,7 +24,7 @@ def build_system(
     """Build the system a config describes; heavy set-up happens here.
 
     Call it once per Ray actor, in the system stage's ``__init__``. Backends are
-    imported lazily, so a QA-file system never imports jieba or httpx.
+    imported lazily, so a QA-file system never imports rjieba or httpx.
 
     Args:
         config: One entry of the run's ``systems:`` list.

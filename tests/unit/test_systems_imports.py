@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("ray", "vllm", "torch", "jieba", "httpx", "bm25s")
+HEAVY = ("ray", "vllm", "torch", "rjieba", "httpx", "bm25s")
 
 
 def _loaded_after(code: str) -> list[str]:
