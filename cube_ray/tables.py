@@ -34,6 +34,15 @@ _ANSWER_KEY = (schema.QUESTION_ID, schema.SYSTEM)
 _SCORE_KEY = (schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION)
 _LEAN_SKIP = (schema.ANSWER, schema.RAW)
 """Columns a lean read leaves null: texts the aggregation never looks at."""
+_LEAN_KEYS = (
+    schema.QUESTION_ID,
+    schema.DOC_ID,
+    schema.SYSTEM,
+    schema.JUDGE,
+    schema.DIMENSION,
+    schema.STATUS,
+)
+"""String columns a lean read makes categorical."""
 _ROW = "__row"
 
 
@@ -81,9 +90,10 @@ def _read(path: Path, lean: pa.Schema | None = None) -> pl.DataFrame:
     """Read one file; with ``lean``, only that schema's columns plus ``status``.
 
     Lean reads are for the aggregation, which needs neither texts nor token
-    counts: a column of ``lean`` typed as a nullable string that the schema
-    does not require (the answer text) is read as all-null, which keeps
-    the driver's memory to keys and scores on multi-million-row runs.
+    counts: the answer text and the judge's raw output are read as all-null,
+    and the string keys become categoricals (4 bytes a row instead of a
+    16-byte string view), which keeps the driver's memory to keys and scores
+    on multi-million-row runs.
     """
     try:
         if lean is None:
@@ -94,7 +104,10 @@ def _read(path: Path, lean: pa.Schema | None = None) -> pl.DataFrame:
             wanted.append(schema.STATUS)
         df = pl.read_parquet(path, columns=[c for c in wanted if c in present])
         missing = [c for c in _LEAN_SKIP if c in lean.names and c in present]
-        return df.with_columns(pl.lit(None, pl.String).alias(c) for c in missing)
+        return df.with_columns(
+            *(pl.lit(None, pl.String).alias(c) for c in missing),
+            *(pl.col(c).cast(pl.Categorical) for c in _LEAN_KEYS if c in df.columns),
+        )
     except Exception as exc:  # polars/pyarrow/OS errors all mean "unreadable"
         raise InputError(
             f"cannot be read as Parquet ({type(exc).__name__}: {exc}). Expected a "

@@ -230,3 +230,20 @@ def test_lean_read_keeps_keys_ranks_scores_and_status_only(tmp_path: Path) -> No
     write(answers_frame().drop("answer"), bad)
     with pytest.raises(InputError, match="answer"):
         read_answers(bad, lean=True)
+
+
+def test_lean_read_gives_the_worked_summary_exactly() -> None:
+    import json
+
+    from cube_ray.aggregate import AggregateOptions, summarize
+    from tests.unit.test_aggregate import WORKED, compare_leaves
+
+    if not (WORKED / "answers.parquet").exists():
+        pytest.fail(f"worked example not found at {WORKED}")
+    answers = read_answers(WORKED / "answers.parquet", lean=True)
+    scores = read_scores(WORKED / "scores.parquet", lean=True)
+    assert answers.schema["question_id"] == pl.Categorical
+    assert scores.schema["dimension"] == pl.Categorical
+    out = summarize(answers, scores, options=AggregateOptions())
+    expected = json.loads((WORKED / "expected_summary.json").read_text())
+    assert compare_leaves(expected, out) == 180
