@@ -400,6 +400,7 @@ def _infra_errors() -> tuple[type[BaseException], ...]:
     import ray.exceptions as rex
 
     names = (
+        "RayActorError",
         "ActorDiedError",
         "ActorUnavailableError",
         "NodeDiedError",
@@ -425,6 +426,8 @@ def _is_infra_failure(exc: BaseException) -> bool:
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
+        if getattr(cur, "actor_init_failed", False):
+            return False  # the stage's constructor raised: it would again
         if isinstance(cur, kinds):
             return True
         if type(cur).__name__ == "UserCodeException":

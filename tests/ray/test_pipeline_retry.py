@@ -89,6 +89,10 @@ def test_infra_failure_is_recognised_through_ray_data_wrapping() -> None:
     assert pipeline._is_infra_failure(_lost_actor())
     assert "ActorDiedError" in pipeline._infra_reason(_lost_actor())
     assert not pipeline._is_infra_failure(ValueError("bad row"))
+    # An actor whose constructor raised (bad model path) would fail again.
+    init_failed = ray.exceptions.ActorDiedError()
+    init_failed._actor_init_failed = True
+    assert not pipeline._is_infra_failure(init_failed)
     wrapper = RuntimeError("wrapper")
     wrapper.__cause__ = ray.exceptions.NodeDiedError("n1")
     assert pipeline._is_infra_failure(wrapper)
