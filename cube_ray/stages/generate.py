@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -67,15 +68,24 @@ def _first_line(text: str | None) -> str | None:
 
     >>> _first_line("  如何办理护士执业注册？\n\n办事指南：……")
     '如何办理护士执业注册？'
+    >>> _first_line("1. 办理注册商标注册手续需要准备哪些材料？")
+    '办理注册商标注册手续需要准备哪些材料？'
+    >>> _first_line("1.5万元以下的补贴怎么申请？")
+    '1.5万元以下的补贴怎么申请？'
     >>> _first_line("\n\n") is None
     True
     """
     if text is None:
         return None
     for line in text.splitlines():
-        if line.strip():
-            return line.strip()
+        line = _ENUMERATOR.sub("", line).strip()
+        if line:
+            return line
     return None
+
+
+_ENUMERATOR = re.compile(r"^\s*(?:\d{1,2}\s*[.、)）](?!\d)|[-*•])\s*")
+"""A list marker a model may put before its question ("1. ", "2、", "- ")."""
 
 
 STATUS_EMPTY = "empty_output"
