@@ -1260,6 +1260,38 @@ def _ray_init(config: RunConfig, options: RunOptions) -> bool:
     return True
 
 
+def _summarize_task(
+    config: RunConfig, run_dir: Path
+) -> tuple[dict[str, Any] | None, CubeRayError | None]:
+    try:
+        return summarize_run(config, run_dir), None
+    except CubeRayError as exc:  # returned, so the driver shows it without a
+        return None, exc  # remote traceback
+
+
+def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
+    """The aggregation as a Ray task on the driver's node.
+
+    The run dir is on the driver's machine, so the task runs there, but in its
+    own worker process: the driver never holds a whole table, and the
+    aggregation's memory (about 27 bytes a score row, see docs/pipeline.md) is
+    returned when it ends.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False
+    )
+    task = ray.remote(_summarize_task).options(
+        num_cpus=config.ray.task_num_cpus, max_retries=1, scheduling_strategy=here
+    )
+    summary, error = ray.get(task.remote(config, run_dir))
+    if error is not None:
+        raise error
+    return summary
+
+
 def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     """Aggregate the written tables into the summary (None if unavailable)."""
     try:
@@ -1327,13 +1359,13 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         driver.bounds()
         driver.systems(corpus_fp)
         driver.judges()
+        summary = _summarize_beside_driver(config, run_dir)
     finally:
         if owned:
             import ray
 
             ray.shutdown()
     summary_path: Path | None = None
-    summary = summarize_run(config, run_dir)
     if summary is not None:
         summary_path = run_dir / "summary.json"
         _atomic_json(summary_path, summary)
