@@ -414,12 +414,12 @@ def _infra_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
 
 
-def _is_infra_failure(exc: BaseException) -> bool:
-    """True when a lost worker, actor, object or node caused ``exc``.
+def _infra_cause(exc: BaseException) -> BaseException | None:
+    """The lost worker, actor, object or node error that caused ``exc``, if any.
 
     Ray Data wraps them (``SystemException`` caused by ``ActorDiedError``), so
-    the whole cause chain is searched. A user-code error never counts: the
-    same rows would fail again.
+    the whole cause chain is searched. A user-code error or a failed actor
+    constructor never counts: the same rows would fail again.
     """
     kinds = _infra_errors()
     seen: set[int] = set()
@@ -427,27 +427,28 @@ def _is_infra_failure(exc: BaseException) -> bool:
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         if getattr(cur, "actor_init_failed", False):
-            return False  # the stage's constructor raised: it would again
+            return None  # the stage's constructor raised: it would again
         if isinstance(cur, kinds):
-            return True
+            return cur
         if type(cur).__name__ == "UserCodeException":
-            return False
+            return None
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
+
+
+def _is_infra_failure(exc: BaseException) -> bool:
+    """True when Ray lost a worker, actor, object or node (see ``_infra_cause``)."""
+    return _infra_cause(exc) is not None
 
 
 def _infra_reason(exc: BaseException) -> str:
     """One line naming the Ray failure behind ``exc``."""
-    kinds = _infra_errors()
-    cur: BaseException | None = exc
-    seen: set[int] = set()
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, kinds):
-            first = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
-            return f"lost a Ray worker or node ({type(cur).__name__}: {first[:160]})"
-        cur = cur.__cause__ or cur.__context__
-    return f"Ray failure ({type(exc).__name__})"
+    cause = _infra_cause(exc)
+    if cause is None:
+        return f"Ray failure ({type(exc).__name__})"
+    text = str(cause).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"lost a Ray worker or node ({type(cause).__name__}: {first[:160]})"
 
 
 def _blocks(ds: Dataset) -> Iterator[pa.Table]:
