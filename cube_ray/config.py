@@ -244,9 +244,13 @@ class RayConfig(StrictModel):
     """Up to this many already-written rows of a stage, resume bookkeeping
     (which rows are done, which are stale) runs on the driver with a broadcast
     set; above it, with Ray Data hash joins (no driver memory)."""
-    stage_retries: int = Field(default=2, ge=0)
-    """Times a stage is retried after Ray loses a worker, actor or node; a
-    retry sends only the rows not yet written."""
+    stage_retries: int = Field(default=3, ge=0)
+    """Times in a row a stage is retried after Ray loses a worker, actor or
+    node without a row written in between (a retry that makes progress
+    resets the count); a retry sends only the rows not yet written."""
+    node_loss_wait_s: float = Field(default=45.0, ge=0)
+    """Before a retry, wait up to this long for Ray to mark the lost node dead
+    (its heartbeat timeout), so the retry is not scheduled on it again."""
     progress: bool = True
     """Show a progress bar per stage."""
 

@@ -396,32 +396,61 @@ class _StageInterrupted(Exception):
         self.next_seq = next_seq
 
 
-def _infra_errors() -> tuple[type[BaseException], ...]:
+_INFRA_ERRORS = (
+    "RayActorError",
+    "ActorDiedError",
+    "ActorUnavailableError",
+    "NodeDiedError",
+    "ObjectLostError",
+    "OwnerDiedError",
+    "ObjectReconstructionFailedError",
+    "WorkerCrashedError",
+    "RaySystemError",
+    "LocalRayletDiedError",
+)
+# The last ``ray.exceptions.X: message`` line of a traceback text.
+_RAY_ERROR_LINE = re.compile(r"^\s*ray\.exceptions\.(\w+): ?(.*)$", re.MULTILINE)
+
+
+def _infra_from_text(text: str) -> tuple[str, str] | None:
+    r"""Name and message of the lost-node error a traceback text ends in.
+
+    Ray hands back only text when it cannot unpickle an error raised in a
+    task (``UnserializableException``), as with an ``ActorDiedError`` raised
+    inside a Ray Data listing task.
+
+    >>> _infra_from_text(
+    ...     "ray.exceptions.RayTaskError: ray::ListFiles()\n  File ...\n"
+    ...     "ray.exceptions.ActorDiedError: The actor died unexpectedly.\n"
+    ...     "The actor died because its node has died."
+    ... )
+    ('ActorDiedError', 'The actor died unexpectedly.')
+    >>> _infra_from_text("ray.exceptions.RayTaskError: UserCodeException: bad row")
+    >>> _infra_from_text(
+    ...     "ray.exceptions.ActorDiedError: The actor died because of an error"
+    ...     " raised in its creation task"
+    ... )
+    """
+    if "UserCodeException" in text or "raised in its creation task" in text:
+        return None
+    found = _RAY_ERROR_LINE.findall(text)
+    if not found or found[-1][0] not in _INFRA_ERRORS:
+        return None
+    name, message = found[-1]
+    return name, message.strip()
+
+
+def _infra_failure(exc: BaseException) -> tuple[str, str] | None:
+    """Name and message of the lost worker, actor, object or node behind ``exc``.
+
+    Ray Data wraps such errors (``SystemException``, ``RayTaskError``), so
+    the whole cause chain is searched, and the text of an error Ray could not
+    unpickle is read. A user-code error or a failed actor constructor never
+    counts: the same rows would fail again.
+    """
     import ray.exceptions as rex
 
-    names = (
-        "RayActorError",
-        "ActorDiedError",
-        "ActorUnavailableError",
-        "NodeDiedError",
-        "ObjectLostError",
-        "OwnerDiedError",
-        "ObjectReconstructionFailedError",
-        "WorkerCrashedError",
-        "RaySystemError",
-        "LocalRayletDiedError",
-    )
-    return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
-
-
-def _infra_cause(exc: BaseException) -> BaseException | None:
-    """The lost worker, actor, object or node error that caused ``exc``, if any.
-
-    Ray Data wraps them (``SystemException`` caused by ``ActorDiedError``), so
-    the whole cause chain is searched. A user-code error or a failed actor
-    constructor never counts: the same rows would fail again.
-    """
-    kinds = _infra_errors()
+    kinds = tuple(getattr(rex, n) for n in _INFRA_ERRORS if hasattr(rex, n))
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -429,26 +458,46 @@ def _infra_cause(exc: BaseException) -> BaseException | None:
         if getattr(cur, "actor_init_failed", False):
             return None  # the stage's constructor raised: it would again
         if isinstance(cur, kinds):
-            return cur
+            text = str(cur).strip()
+            return type(cur).__name__, text.splitlines()[0] if text else ""
         if type(cur).__name__ == "UserCodeException":
             return None
-        cur = cur.__cause__ or cur.__context__
+        if isinstance(cur, rex.UnserializableException):
+            return _infra_from_text(str(cur))
+        # A RayTaskError that could not take its cause's class keeps it here.
+        inner = getattr(cur, "cause", None)
+        if isinstance(inner, BaseException) and id(inner) not in seen:
+            cur = inner
+        else:
+            cur = cur.__cause__ or cur.__context__
     return None
 
 
+def _alive_nodes() -> set[str]:
+    """Ids of the nodes Ray holds alive (empty when Ray is not running)."""
+    import ray
+
+    if not ray.is_initialized():
+        return set()
+    try:
+        nodes = cast("list[dict[str, Any]]", ray.nodes())  # type: ignore[no-untyped-call]
+        return {n["NodeID"] for n in nodes if n.get("Alive")}
+    except Exception:  # the GCS itself unreachable: nothing to compare
+        return set()
+
+
 def _is_infra_failure(exc: BaseException) -> bool:
-    """True when Ray lost a worker, actor, object or node (see ``_infra_cause``)."""
-    return _infra_cause(exc) is not None
+    """True when Ray lost a worker, actor, object or node (see ``_infra_failure``)."""
+    return _infra_failure(exc) is not None
 
 
 def _infra_reason(exc: BaseException) -> str:
     """One line naming the Ray failure behind ``exc``."""
-    cause = _infra_cause(exc)
-    if cause is None:
+    found = _infra_failure(exc)
+    if found is None:
         return f"Ray failure ({type(exc).__name__})"
-    text = str(cause).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"lost a Ray worker or node ({type(cause).__name__}: {first[:160]})"
+    name, message = found
+    return f"lost a Ray worker or node ({name}: {message[:160]})"
 
 
 def _blocks(ds: Dataset) -> Iterator[pa.Table]:
@@ -628,9 +677,13 @@ class _Driver:
         stats = StageStats(expected=expected)
         self.stats[label] = stats
         start = time.monotonic()
-        attempts = self.config.ray.stage_retries + 1
         first_seq = 0
-        for attempt in range(1, attempts + 1):
+        failures = 0  # in a row, without a row written in between
+        written_at_failure = -1
+        attempt = 0
+        while True:
+            attempt += 1
+            nodes_before = _alive_nodes()
             try:
                 self._run_stage_once(
                     label,
@@ -650,20 +703,46 @@ class _Driver:
             # Outside the handler, so the original error keeps its own chain.
             cause = failure.__cause__
             assert cause is not None
-            if attempt == attempts or not _is_infra_failure(cause):
+            failures = 1 if stats.written > written_at_failure else failures + 1
+            written_at_failure = stats.written
+            if failures > self.config.ray.stage_retries or not _is_infra_failure(cause):
                 raise cause
             first_seq = failure.next_seq
             reason = _infra_reason(cause)
             stats.retries.append(reason)
-            wait = 2.0**attempt
             self._say(
                 f"{label}: {reason}; {stats.written} rows are written, "
-                f"retrying the rest in {wait:.0f} s (attempt {attempt + 1} of "
-                f"{attempts})"
+                f"retrying the rest (retry {failures} of at most "
+                f"{self.config.ray.stage_retries} in a row without progress)"
             )
-            # Let the cluster notice the dead node before rescheduling on it.
-            time.sleep(wait)
+            self._await_node_loss(label, nodes_before, failures)
         stats.seconds = time.monotonic() - start
+
+    def _await_node_loss(
+        self, label: str, nodes_before: set[str], failures: int
+    ) -> None:
+        """Wait before a retry until Ray has noticed the node it lost.
+
+        A killed node stays "alive" to Ray until its heartbeats are missed
+        (about 15-30 s with Ray's defaults); work scheduled there meanwhile
+        fails again. So the retry waits until a node alive when the attempt
+        began is gone, or ``ray.node_loss_wait_s`` when none goes (a crashed
+        worker on a live node).
+        """
+        backoff = min(2.0**failures, 30.0)
+        deadline = time.monotonic() + max(self.config.ray.node_loss_wait_s, backoff)
+        if nodes_before - _alive_nodes():
+            time.sleep(backoff)  # already noticed
+            return
+        self._say(
+            f"{label}: waiting up to {self.config.ray.node_loss_wait_s:.0f} s for "
+            "Ray to confirm which node was lost"
+        )
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            if nodes_before - _alive_nodes():
+                time.sleep(backoff)
+                return
 
     def _run_stage_once(
         self,
@@ -870,6 +949,7 @@ class _Driver:
         """``compact``, retried after a lost node (it calls no engine)."""
         attempts = self.config.ray.stage_retries + 1
         for attempt in range(1, attempts + 1):
+            nodes_before = _alive_nodes()
             try:
                 self.compact(table, label, inputs, expected)
                 return
@@ -877,6 +957,7 @@ class _Driver:
                 if attempt == attempts or not _is_infra_failure(exc):
                     raise
                 self._say(f"{label}: compaction {_infra_reason(exc)}; retrying")
+            self._await_node_loss(label, nodes_before, attempt)
 
     def compact(self, table: str, label: str, inputs: Dataset, expected: int) -> None:
         """Drop a stage's rows whose key is in ``inputs`` with another hash.

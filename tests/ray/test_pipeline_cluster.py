@@ -1,5 +1,5 @@
-"""A 3-node local cluster: judge pools land only on judge nodes, generator pools
-only on the generator node; losing a judge node mid-run loses no row."""
+"""A 4-node local cluster: judge pools land only on judge nodes, generator pools
+only on the generator node; losing judge nodes mid-run loses no row."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cube_ray import pipeline
 from cube_ray.config import RunConfig
 from cube_ray.pipeline import RunOptions, RunResult, part_files, run_pipeline
 from tests.pipeline_helpers import (
@@ -47,11 +48,14 @@ def cluster() -> Iterator[Any]:
 
 
 @pytest.mark.timeout(1200)
-def test_routing_and_node_loss(cluster: Any, tmp_path: Path) -> None:
+def test_routing_and_node_loss(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ray
 
     judge_a = cluster.add_node(num_cpus=2, resources={"judge": 2})
     judge_b = cluster.add_node(num_cpus=2, resources={"judge": 2})
+    judge_c = cluster.add_node(num_cpus=2, resources={"judge": 2})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     head_id = ray.get_runtime_context().get_node_id()
@@ -70,6 +74,19 @@ def test_routing_and_node_loss(cluster: Any, tmp_path: Path) -> None:
     config = RunConfig.from_yaml(cfg_path)
     run_dir = tmp_path / "run"
     result: dict[str, RunResult | BaseException] = {}
+
+    # judge_b dies in the middle of the j1 stage (below); judge_c just as the
+    # j2 stage starts, so that stage's first Ray Data work (listing Parquet
+    # footers on actors spread over every node) meets a node Ray still thinks
+    # alive. That is how CI once lost a run.
+    real_run_stage = pipeline._Driver.run_stage
+
+    def run_stage(driver: Any, label: str, **kwargs: Any) -> None:
+        if label == "scores:j2":
+            cluster.remove_node(judge_c, allow_graceful=False)
+        real_run_stage(driver, label, **kwargs)
+
+    monkeypatch.setattr(pipeline._Driver, "run_stage", run_stage)
 
     def target() -> None:
         try:
@@ -96,7 +113,7 @@ def test_routing_and_node_loss(cluster: Any, tmp_path: Path) -> None:
     assert isinstance(run, RunResult)
 
     assert_complete(run_dir, N_DOCS, judges=2)
-    judge_nodes = {judge_a.node_id, judge_b.node_id}
+    judge_nodes = {judge_a.node_id, judge_b.node_id, judge_c.node_id}
     for name, stats in run.stages.items():
         if name.startswith("scores:"):
             assert stats.nodes, name
