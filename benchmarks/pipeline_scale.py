@@ -6,8 +6,9 @@ For each size: a synthetic corpus (benchmarks/synth_corpus.py), then a full
 ``run_pipeline`` (documents, questions, zero/full answers, one QA-file system,
 one judge x four dimensions, summary) on a local Ray. Reports wall time,
 corpus records/s, engine rows/s, the driver's peak RSS (the process that must
-not collect tables) and the peak summed RSS of the driver and every process it
-started (Ray workers, raylet), sampled every 0.5 s.
+not collect tables), split into private memory and shared pages (the plasma
+object store it maps), and the peak summed RSS (and summed private RSS) of the
+driver and every process it started (Ray workers, raylet), sampled every 0.5 s.
 """
 
 from __future__ import annotations
@@ -30,11 +31,33 @@ from benchmarks.synth_corpus import write as write_corpus
 OUT = Path(__file__).resolve().parent / "out"
 
 
+def _rss_parts(pid: int) -> tuple[int, int]:
+    """(private, shared) resident bytes of a process, from /proc (Linux).
+
+    Private is ``RssAnon``: memory the process itself allocated. Shared is
+    ``RssFile + RssShmem``: mapped files and shared memory, which for a Ray
+    process is mostly the pages of the plasma object store it has touched;
+    those pages belong to the object store (bounded by its size) and are
+    counted again in every process that maps them.
+    """
+    fields: dict[str, int] = {}
+    with Path(f"/proc/{pid}/status").open(encoding="ascii") as fh:
+        for line in fh:
+            name, _, rest = line.partition(":")
+            if name in ("RssAnon", "RssFile", "RssShmem"):
+                fields[name] = int(rest.split()[0]) * 1024
+    return fields["RssAnon"], fields["RssFile"] + fields["RssShmem"]
+
+
 class RssSampler:
-    """Peak summed RSS of this process and its descendants."""
+    """Peaks of this process's RSS split private/shared, and of the summed
+    RSS (and summed private RSS) of this process and its descendants."""
 
     def __init__(self, interval: float = 0.5) -> None:
         self.peak_total = 0
+        self.peak_total_private = 0
+        self.peak_driver_private = 0
+        self.peak_driver_shared = 0
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -42,11 +65,17 @@ class RssSampler:
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
-            total = 0
+            total = private = 0
             for p in [me, *me.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
+                with contextlib.suppress(psutil.Error, OSError, KeyError):
                     total += p.memory_info().rss
+                    private += _rss_parts(p.pid)[0]
+            with contextlib.suppress(OSError, KeyError):
+                mine, shared = _rss_parts(me.pid)
+                self.peak_driver_private = max(self.peak_driver_private, mine)
+                self.peak_driver_shared = max(self.peak_driver_shared, shared)
             self.peak_total = max(self.peak_total, total)
+            self.peak_total_private = max(self.peak_total_private, private)
             self._stop.wait(self._interval)
 
     def __enter__(self) -> RssSampler:
@@ -115,7 +144,10 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
         "rows_written": rows,
         "rows_per_s": round(rows / wall, 1),
         "driver_peak_rss_mb": round(driver_peak / 2**20, 1),
+        "driver_peak_private_mb": round(sampler.peak_driver_private / 2**20, 1),
+        "driver_peak_shared_mb": round(sampler.peak_driver_shared / 2**20, 1),
         "total_peak_rss_mb": round(sampler.peak_total / 2**20, 1),
+        "total_peak_private_mb": round(sampler.peak_total_private / 2**20, 1),
         "stage_seconds": stages,
         "summary": result.summary_path is not None,
     }

@@ -244,7 +244,7 @@ class RayConfig(StrictModel):
     """Up to this many already-written rows of a stage, resume bookkeeping
     (which rows are done, which are stale) runs on the driver with a broadcast
     set; above it, with Ray Data hash joins (no driver memory)."""
-    stage_retries: int = Field(default=3, ge=0)
+    stage_retries: int = Field(default=5, ge=0)
     """Times in a row a stage is retried after Ray loses a worker, actor or
     node without a row written in between (a retry that makes progress
     resets the count); a retry sends only the rows not yet written."""
