@@ -54,9 +54,13 @@ def fake_config(
     judges: int = 2,
     judge_resources: dict[str, float] | None = None,
     generator_resources: dict[str, float] | None = None,
+    ray_options: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """A run config with fake engines and a QA-file system; returns its path."""
+    """A run config with fake engines and a QA-file system; returns its path.
+
+    ``ray_options`` are added to the ``ray`` section, ``extra`` replaces
+    top-level sections."""
     judge_pool: dict[str, Any] = {"batch_size": judge_batch, "num_cpus": 0.5}
     if judge_resources:
         judge_pool["resources"] = judge_resources
@@ -88,7 +92,12 @@ def fake_config(
         },
         "systems": [{"name": "rag", "kind": "qa_file", "path": str(qa), "k": 8}],
         "allow_fake_engines": True,
-        "ray": {"num_cpus": 4, "write_rows": 16, "flush_seconds": 0.5},
+        "ray": {
+            "num_cpus": 4,
+            "write_rows": 16,
+            "flush_seconds": 0.5,
+            **(ray_options or {}),
+        },
     }
     if extra:
         cfg.update(extra)

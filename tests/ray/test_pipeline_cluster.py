@@ -78,7 +78,7 @@ def test_routing_and_node_loss(
     # judge_b dies in the middle of the j1 stage (below); judge_c just as the
     # j2 stage starts, so that stage's first Ray Data work (listing Parquet
     # footers on actors spread over every node) meets a node Ray still thinks
-    # alive. That is how CI once lost a run.
+    # alive. That is how CI lost two runs.
     real_run_stage = pipeline._Driver.run_stage
 
     def run_stage(driver: Any, label: str, **kwargs: Any) -> None:

@@ -105,13 +105,8 @@ def test_lost_actor_mid_judge_stage_is_retried(
     corpus, ids = make_corpus(tmp_path, N_DOCS)
     qa = make_qa_file(tmp_path, ids)
     # No node dies with the injected error: waiting for one is cut short.
-    ray_opts = {"num_cpus": 4, "write_rows": 16, "flush_seconds": 0.5}
     cfg = fake_config(
-        tmp_path,
-        corpus,
-        qa,
-        judge_batch=4,
-        extra={"ray": {**ray_opts, "node_loss_wait_s": 1}},
+        tmp_path, corpus, qa, judge_batch=4, ray_options={"node_loss_wait_s": 1}
     )
     run_dir = tmp_path / "run"
     log = tmp_path / "calls.log"

@@ -29,8 +29,7 @@ def _lost_node() -> Exception:
 def _driver(tmp_path: Path, **ray_opts: Any) -> pipeline._Driver:
     corpus, ids = make_corpus(tmp_path, 4)
     qa = make_qa_file(tmp_path, ids)
-    ray_cfg = {"num_cpus": 4, "write_rows": 16, "flush_seconds": 0.5, **ray_opts}
-    cfg = fake_config(tmp_path, corpus, qa, extra={"ray": ray_cfg})
+    cfg = fake_config(tmp_path, corpus, qa, ray_options=ray_opts)
     options = RunOptions(run_dir=tmp_path / "run", progress=False, report=False)
     return pipeline._Driver(RunConfig.from_yaml(cfg), options)
 
