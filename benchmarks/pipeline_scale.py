@@ -31,8 +31,19 @@ from benchmarks.synth_corpus import write as write_corpus
 OUT = Path(__file__).resolve().parent / "out"
 
 
+def status_bytes(pid: int) -> dict[str, int]:
+    """``RssAnon``, ``RssFile`` and ``RssShmem`` of a process from /proc (Linux)."""
+    fields: dict[str, int] = {}
+    with Path(f"/proc/{pid}/status").open(encoding="ascii") as fh:
+        for line in fh:
+            name, _, rest = line.partition(":")
+            if name in ("RssAnon", "RssFile", "RssShmem"):
+                fields[name] = int(rest.split()[0]) * 1024
+    return fields
+
+
 def _rss_parts(pid: int) -> tuple[int, int]:
-    """(private, shared) resident bytes of a process, from /proc (Linux).
+    """(private, shared) resident bytes of a process.
 
     Private is ``RssAnon``: memory the process itself allocated. Shared is
     ``RssFile + RssShmem``: mapped files and shared memory, which for a Ray
@@ -40,12 +51,7 @@ def _rss_parts(pid: int) -> tuple[int, int]:
     those pages belong to the object store (bounded by its size) and are
     counted again in every process that maps them.
     """
-    fields: dict[str, int] = {}
-    with Path(f"/proc/{pid}/status").open(encoding="ascii") as fh:
-        for line in fh:
-            name, _, rest = line.partition(":")
-            if name in ("RssAnon", "RssFile", "RssShmem"):
-                fields[name] = int(rest.split()[0]) * 1024
+    fields = status_bytes(pid)
     return fields["RssAnon"], fields["RssFile"] + fields["RssShmem"]
 
 

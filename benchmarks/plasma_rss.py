@@ -11,21 +11,18 @@ in its RSS although it holds no object.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import numpy as np
 import ray
 
+from benchmarks.pipeline_scale import status_bytes
+
 
 def status_mb() -> dict[str, int]:
-    out: dict[str, int] = {}
-    with Path("/proc/self/status").open(encoding="ascii") as fh:
-        for line in fh:
-            name, _, rest = line.partition(":")
-            if name in ("RssAnon", "RssFile", "RssShmem"):
-                out[name] = int(rest.split()[0]) // 1024
-    return out
+    return {k: v // 2**20 for k, v in status_bytes(os.getpid()).items()}
 
 
 def largest_mappings(n: int = 4) -> list[tuple[str, int]]:
