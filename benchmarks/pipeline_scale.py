@@ -118,7 +118,7 @@ def config(corpus: Path, qa: Path, run_dir: Path) -> dict[str, Any]:
         "systems": [{"name": "rag", "kind": "qa_file", "path": str(qa), "pool": pool}],
         "allow_fake_engines": True,
         "output_dir": str(run_dir),
-        "ray": {"num_cpus": 4, "write_rows": 50_000, "progress": False},
+        "ray": {"num_cpus": 4, "progress": False},
     }
 
 

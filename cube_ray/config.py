@@ -235,11 +235,10 @@ class RayConfig(StrictModel):
     """Partitions of the hash joins; None sizes them from the row count."""
     task_num_cpus: float = Field(default=0.5, gt=0)
     """CPUs per light task (hashing, expanding rows, join aggregators)."""
-    write_rows: int = Field(default=8192, ge=1)
-    """Rows per Parquet part file written by the driver."""
-    flush_seconds: float = Field(default=10.0, gt=0)
-    """Longest time finished rows wait on the driver before being written (what
-    a crash can lose)."""
+    write_rows: int = Field(default=65536, ge=1)
+    """Rows per Parquet part file of the tables the driver writes itself
+    (documents, a question file). LLM stages write one part file per finished
+    block of ``4 * pool.batch_size`` rows, from Ray tasks."""
     driver_resume_rows: int = Field(default=250_000, ge=0)
     """Up to this many already-written rows of a stage, resume bookkeeping
     (which rows are done, which are stale) runs on the driver with a broadcast

@@ -115,7 +115,8 @@ def part_files(table_dir: Path, stage: str | None = None) -> list[Path]:
     if stage is None:
         return files
     pattern = re.compile(
-        rf"^part-\d{{8}}T\d+Z-{re.escape(_safe(stage))}-\d{{6}}\.parquet$"
+        rf"^part-\d{{8}}T\d+Z-{re.escape(_safe(stage))}-\d{{6}}(-[0-9a-f]{{16}})?"
+        r"\.parquet$"
     )
     return [p for p in files if pattern.match(p.name)]
 
@@ -132,7 +133,7 @@ def _rows_in(files: list[Path]) -> int:
 class PartWriter:
     """Writes Arrow tables as Parquet part files, atomically.
 
-    Rows are buffered up to ``max_rows`` (or ``max_seconds``) and written to a
+    Rows are buffered up to ``max_rows`` and written to a
     ``.tmp-`` file that is renamed to ``part-<run>-<stage>-<seq>.parquet`` once
     it is complete. Part names sort by run start time, so "newest" is well
     defined.
@@ -145,42 +146,31 @@ class PartWriter:
         run_stamp: str,
         stage: str,
         schema_: pa.Schema | None,
-        max_rows: int = 8192,
-        max_seconds: float = 10.0,
+        max_rows: int = 65536,
         first_seq: int = 0,
     ) -> None:
         self.table_dir = table_dir
         self._stem = f"part-{run_stamp}-{_safe(stage)}"
         self._schema = schema_
         self._max_rows = max_rows
-        self._max_seconds = max_seconds
         self._buf: list[pa.Table] = []
         self._buf_rows = 0
-        self._last_flush = time.monotonic()
         self._seq = first_seq
         self.rows = 0
         self.files: list[Path] = []
 
     def write(self, table: pa.Table) -> None:
-        """Buffer a table; flush when enough rows or time have accumulated."""
+        """Buffer a table; flush when enough rows have accumulated."""
         if table.num_rows:
             if self._schema is not None:
                 table = table.select(self._schema.names).cast(self._schema)
             self._buf.append(table)
             self._buf_rows += table.num_rows
-        if self._buf_rows >= self._max_rows or (
-            self._buf_rows and time.monotonic() - self._last_flush >= self._max_seconds
-        ):
+        if self._buf_rows >= self._max_rows:
             self.flush()
-
-    @property
-    def next_seq(self) -> int:
-        """Sequence number of the next part file (a retry continues from it)."""
-        return self._seq
 
     def flush(self) -> None:
         """Write the buffered rows as one part file."""
-        self._last_flush = time.monotonic()
         if not self._buf_rows:
             return
         table = pa.concat_tables(self._buf)
@@ -506,6 +496,94 @@ def _blocks(ds: Dataset) -> Iterator[pa.Table]:
         yield cast("pa.Table", block)
 
 
+# What a writer task reports of the part file it wrote (one row per file).
+_WRITTEN = pa.schema(
+    [
+        ("file", pa.string()),
+        ("rows", pa.int64()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("statuses", pa.string()),  # JSON {status: rows}
+        ("nodes", pa.string()),  # JSON {node id: rows}
+    ]
+)
+
+
+def _part_name(stem: str, table: pa.Table, key: tuple[str, ...]) -> str:
+    """A part file name that depends only on the keys of its rows.
+
+    A task Ray retries on the same block rewrites the same file instead of
+    adding a second copy of its rows.
+
+    >>> t = pa.table({"k": ["a", "b"], "v": [1, 2]})
+    >>> _part_name("part-x-s-000000", t, ("k",))
+    'part-x-s-000000-31f7be3973bff6f4.parquet'
+    >>> _part_name("part-x-s-000000", t.set_column(1, "v", pa.array([3, 4])), ("k",))
+    'part-x-s-000000-31f7be3973bff6f4.parquet'
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    for k in _key_strings(table, key):
+        digest.update(k.encode())
+        digest.update(b"\x1e")
+    return f"{stem}-{digest.hexdigest()}.parquet"
+
+
+def _describe(
+    name: str, table: pa.Table, nodes: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """One ``_WRITTEN`` row for a part file holding ``table``."""
+    import pyarrow.compute as pc
+
+    def total(col: str) -> int:
+        if col not in table.column_names:
+            return 0
+        return int(pc.sum(table.column(col)).as_py() or 0)
+
+    statuses: Counter[str] = Counter()
+    if schema.STATUS in table.column_names:
+        statuses.update(table.column(schema.STATUS).to_pylist())
+    return {
+        "file": name,
+        "rows": table.num_rows,
+        "prompt_tokens": total(schema.PROMPT_TOKENS),
+        "completion_tokens": total(schema.COMPLETION_TOKENS),
+        "statuses": json.dumps(dict(statuses), sort_keys=True),
+        "nodes": json.dumps(nodes or {}, sort_keys=True),
+    }
+
+
+def _write_part(
+    batch: pa.Table,
+    *,
+    directory: str,
+    stem: str,
+    key: tuple[str, ...],
+    schema_: pa.Schema | None,
+) -> pa.Table:
+    """Write one block as a part file, atomically, and describe it in one row.
+
+    Runs in a Ray task beside the actor pools, so blocks go from the object
+    store to disk without passing through the driver; the driver receives
+    only these one-row descriptions.
+    """
+    if batch.num_rows == 0:
+        return _WRITTEN.empty_table()
+    nodes: dict[str, int] = {}
+    if NODE_ID in batch.column_names:
+        nodes = dict(Counter(batch.column(NODE_ID).to_pylist()))
+        batch = batch.drop_columns([NODE_ID])
+    if schema_ is not None:
+        batch = batch.select(schema_.names).cast(schema_)
+    name = _part_name(stem, batch, key)
+    out_dir = Path(directory)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # A unique temporary name: two attempts of one task may overlap.
+    tmp = out_dir / f"{_TMP_PREFIX}{uuid.uuid4().hex[:8]}-{name}"
+    pq.write_table(batch, tmp)
+    tmp.replace(out_dir / name)
+    return pa.Table.from_pylist([_describe(name, batch, nodes)], schema=_WRITTEN)
+
+
 def _keep_current(batch: pa.Table) -> pa.Table:
     """Rows whose hash is current, or whose key the current input lacks."""
     import pyarrow.compute as pc
@@ -558,6 +636,15 @@ def _drop_done(batch: pa.Table, *, done: list[Any], key: tuple[str, ...]) -> pa.
     hashes = batch.column(INPUT_HASH).to_pylist()
     mask = [f"{k}\x1f{h}" not in seen for k, h in zip(keys, hashes, strict=True)]
     return batch.filter(pa.array(mask, pa.bool_()))
+
+
+def _count(stats: StageStats, info: dict[str, Any]) -> None:
+    """Add a written file's description (``_WRITTEN``) to a stage's stats."""
+    stats.written += info["rows"]
+    stats.prompt_tokens += info["prompt_tokens"]
+    stats.completion_tokens += info["completion_tokens"]
+    stats.statuses.update(json.loads(info["statuses"]))
+    stats.nodes.update(json.loads(info["nodes"]))
 
 
 def _status_ok(row: dict[str, Any]) -> bool:
@@ -651,6 +738,35 @@ class _Driver:
             num_cpus=self.config.ray.task_num_cpus,
             batch_size=max(rows, 1024),
         )
+
+    def write_parts(
+        self,
+        ds: Dataset,
+        directory: Path,
+        *,
+        stem: str,
+        key: tuple[str, ...],
+        schema_: pa.Schema | None,
+    ) -> Iterator[dict[str, Any]]:
+        """Write each block of ``ds`` as a part file from a Ray task.
+
+        Yields the description (``_WRITTEN``) of each file as it is written;
+        a file that a retried task rewrote may be described twice.
+        """
+        described = ds.map_batches(
+            cast("Any", _write_part),
+            fn_kwargs={
+                "directory": str(directory),
+                "stem": stem,
+                "key": key,
+                "schema_": schema_,
+            },
+            batch_format="pyarrow",
+            batch_size=None,
+            num_cpus=self.config.ray.task_num_cpus,
+        )
+        for block in _blocks(described):
+            yield from block.to_pylist()
 
     # -- one LLM stage -------------------------------------------------------------
 
@@ -798,9 +914,9 @@ class _Driver:
         except Exception as exc:
             raise _StageInterrupted(first_seq) from exc
         kwargs = {**stage_kwargs, "call_log": self.options.call_log}
-        # An actor hands back one block per input block: small input blocks
-        # (a few engine batches) let the driver write finished rows early, so
-        # a crash loses little.
+        # An actor hands back one block per input block and a writer task
+        # writes each block as one part file as soon as it is finished: small
+        # input blocks (a few engine batches) mean a crash loses little.
         todo = todo.repartition(target_num_rows_per_block=4 * pool.batch_size)
         out = todo.map_batches(
             _StageActor,
@@ -808,48 +924,29 @@ class _Driver:
             batch_format="pyarrow",
             **_pool_args(pool),
         )
-        writer = PartWriter(
-            table_dir,
-            run_stamp=self.stamp,
-            stage=label,
-            schema_=out_schema,
-            max_rows=self.config.ray.write_rows,
-            max_seconds=self.config.ray.flush_seconds,
-            first_seq=first_seq,
-        )
+        stem = f"part-{self.stamp}-{_safe(label)}-{first_seq:06d}"
+        seen: set[str] = set()
         bar = _Progress(self.progress, label, expected - stats.skipped - stats.written)
         try:
-            for block in _blocks(out):
-                if block.num_rows == 0:
-                    continue
-                nodes = block.column(NODE_ID).to_pylist()
-                stats.nodes.update(nodes)
-                rows = block.drop_columns([NODE_ID])
-                stats.statuses.update(rows.column(schema.STATUS).to_pylist())
-                for col, attr in (
-                    (schema.PROMPT_TOKENS, "prompt_tokens"),
-                    (schema.COMPLETION_TOKENS, "completion_tokens"),
-                ):
-                    if col in rows.column_names:
-                        import pyarrow.compute as pc
-
-                        total = pc.sum(rows.column(col)).as_py()
-                        setattr(stats, attr, getattr(stats, attr) + int(total or 0))
-                writer.write(rows)
-                bar.update(rows.num_rows)
+            for info in self.write_parts(
+                out, table_dir, stem=stem, key=key, schema_=out_schema
+            ):
+                if info["file"] not in seen:
+                    seen.add(info["file"])
+                    _count(stats, info)
+                    bar.update(info["rows"])
         except BaseException as exc:
-            # Whatever the failure (Ctrl-C included), rows already received are
-            # complete: keep them.
-            writer.flush()
-            stats.written += writer.rows
+            # Whatever the failure (Ctrl-C included), part files already
+            # written are complete: keep them, and count those whose
+            # description did not arrive.
+            self._count_unseen(stats, table_dir, stem, seen)
             if not isinstance(exc, Exception):
                 raise
-            raise _StageInterrupted(writer.next_seq) from exc
+            raise _StageInterrupted(first_seq + 1) from exc
         finally:
             bar.close()
-        writer.flush()
-        stats.written += writer.rows
-        if existing and (writer.rows or was_pending):
+        written = self._count_unseen(stats, table_dir, stem, seen)
+        if existing and (written or was_pending):
             if stale is not None and not was_pending:
                 self._compact_small(table, label, existing, stale)
             else:
@@ -858,9 +955,24 @@ class _Driver:
                 self._compact_retrying(table, label, inputs, expected)
             pending.unlink(missing_ok=True)
         self._say(
-            f"{label}: {writer.rows} rows written, {stats.skipped} skipped "
+            f"{label}: {written} rows written, {stats.skipped} skipped "
             f"({time.monotonic() - start:.1f} s)"
         )
+
+    def _count_unseen(
+        self, stats: StageStats, table_dir: Path, stem: str, seen: set[str]
+    ) -> int:
+        """Count the files of one attempt not yet described; its rows written."""
+        rows = 0
+        for f in table_dir.glob(f"{stem}-*.parquet") if table_dir.is_dir() else []:
+            if f.name not in seen:
+                seen.add(f.name)
+                cols = [schema.STATUS, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS]
+                names = set(pq.read_schema(f).names)
+                t = pq.read_table(f, columns=[c for c in cols if c in names])
+                _count(stats, _describe(f.name, t))
+            rows += pq.ParquetFile(f).metadata.num_rows
+        return rows
 
     def _todo_join(
         self, inputs: Dataset, existing: list[Path], key: tuple[str, ...], rows: int
@@ -934,10 +1046,10 @@ class _Driver:
                 continue
             dropped += t.num_rows - kept.num_rows
             if kept.num_rows:
+                # One file per old file, unique within the stamp.
                 writer = PartWriter(
-                    f.parent, run_stamp=stamp, stage=label, schema_=None
+                    f.parent, run_stamp=stamp, stage=label, schema_=None, first_seq=i
                 )
-                writer._seq = i  # one file per old file, unique within the stamp
                 writer.write(kept)
                 writer.flush()
             f.unlink()
@@ -981,24 +1093,18 @@ class _Driver:
         kept = joined.map_batches(_keep_current, batch_format="pyarrow")
         staging = self.run_dir / f".staging-{table}-{uuid.uuid4().hex[:8]}"
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        writer = PartWriter(
-            staging,
-            run_stamp=stamp,
-            stage=label,
-            schema_=None,
-            max_rows=self.config.ray.write_rows,
-            max_seconds=1e9,
-        )
+        stem = f"part-{stamp}-{_safe(label)}-000000"
         try:
-            for block in _blocks(kept):
-                writer.write(block)
-            writer.flush()
-            if writer.rows != rows:
-                for new in writer.files:
+            for _ in self.write_parts(kept, staging, stem=stem, key=key, schema_=None):
+                pass
+            new_files = part_files(staging)
+            kept_rows = _rows_in(new_files)
+            if kept_rows != rows:
+                for new in new_files:
                     new.replace(table_dir / new.name)
                 for old in files:
                     old.unlink()
-                self._say(f"{label}: dropped {rows - writer.rows} stale rows")
+                self._say(f"{label}: dropped {rows - kept_rows} stale rows")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -1022,8 +1128,7 @@ class _Driver:
             run_stamp=self.stamp,
             stage=DOCUMENTS,
             schema_=schema.DOCUMENTS_SCHEMA,
-            max_rows=max(self.config.ray.write_rows, 65536),
-            max_seconds=1e9,
+            max_rows=self.config.ray.write_rows,
         )
         try:
             for batch in iter_document_batches(

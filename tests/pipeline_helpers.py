@@ -95,7 +95,6 @@ def fake_config(
         "ray": {
             "num_cpus": 4,
             "write_rows": 16,
-            "flush_seconds": 0.5,
             **(ray_options or {}),
         },
     }
