@@ -64,6 +64,7 @@ class RssSampler:
         self.peak_total_private = 0
         self.peak_driver_private = 0
         self.peak_driver_shared = 0
+        self.peak_processes = 0
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -72,7 +73,9 @@ class RssSampler:
         me = psutil.Process()
         while not self._stop.is_set():
             total = private = 0
-            for p in [me, *me.children(recursive=True)]:
+            procs = [me, *me.children(recursive=True)]
+            self.peak_processes = max(self.peak_processes, len(procs))
+            for p in procs:
                 with contextlib.suppress(psutil.Error, OSError, KeyError):
                     total += p.memory_info().rss
                     private += _rss_parts(p.pid)[0]
@@ -154,6 +157,7 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
         "driver_peak_shared_mb": round(sampler.peak_driver_shared / 2**20, 1),
         "total_peak_rss_mb": round(sampler.peak_total / 2**20, 1),
         "total_peak_private_mb": round(sampler.peak_total_private / 2**20, 1),
+        "peak_processes": sampler.peak_processes,
         "stage_seconds": stages,
         "summary": result.summary_path is not None,
     }

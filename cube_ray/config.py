@@ -239,6 +239,9 @@ class RayConfig(StrictModel):
     """Rows per Parquet part file of the tables the driver writes itself
     (documents, a question file). LLM stages write one part file per finished
     block of ``4 * pool.batch_size`` rows, from Ray tasks."""
+    writer_tasks: int = Field(default=2, ge=1)
+    """Most part-file writer tasks of an LLM stage running at once; each holds
+    a Ray worker process (~200 MB), and one writes thousands of rows/s."""
     driver_resume_rows: int = Field(default=250_000, ge=0)
     """Up to this many already-written rows of a stage, resume bookkeeping
     (which rows are done, which are stale) runs on the driver with a broadcast

@@ -753,6 +753,8 @@ class _Driver:
         Yields the description (``_WRITTEN``) of each file as it is written;
         a file that a retried task rewrote may be described twice.
         """
+        import ray.data
+
         described = ds.map_batches(
             cast("Any", _write_part),
             fn_kwargs={
@@ -764,6 +766,7 @@ class _Driver:
             batch_format="pyarrow",
             batch_size=None,
             num_cpus=self.config.ray.task_num_cpus,
+            compute=ray.data.TaskPoolStrategy(size=self.config.ray.writer_tasks),
         )
         for block in _blocks(described):
             yield from block.to_pylist()
