@@ -157,7 +157,6 @@ class PartWriter:
         self._buf_rows = 0
         self._seq = first_seq
         self.rows = 0
-        self.files: list[Path] = []
 
     def write(self, table: pa.Table) -> None:
         """Buffer a table; flush when enough rows have accumulated."""
@@ -182,7 +181,6 @@ class PartWriter:
         pq.write_table(table, tmp)
         tmp.replace(self.table_dir / name)
         self.rows += table.num_rows
-        self.files.append(self.table_dir / name)
 
 
 def _remove_temp(table_dir: Path) -> None:
@@ -928,14 +926,14 @@ class _Driver:
             **_pool_args(pool),
         )
         stem = f"part-{self.stamp}-{_safe(label)}-{first_seq:06d}"
-        seen: set[str] = set()
+        seen: dict[str, int] = {}  # file name -> rows, this attempt
         bar = _Progress(self.progress, label, expected - stats.skipped - stats.written)
         try:
             for info in self.write_parts(
                 out, table_dir, stem=stem, key=key, schema_=out_schema
             ):
                 if info["file"] not in seen:
-                    seen.add(info["file"])
+                    seen[info["file"]] = info["rows"]
                     _count(stats, info)
                     bar.update(info["rows"])
         except BaseException as exc:
@@ -963,19 +961,18 @@ class _Driver:
         )
 
     def _count_unseen(
-        self, stats: StageStats, table_dir: Path, stem: str, seen: set[str]
+        self, stats: StageStats, table_dir: Path, stem: str, seen: dict[str, int]
     ) -> int:
         """Count the files of one attempt not yet described; its rows written."""
-        rows = 0
+        cols = [schema.STATUS, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS]
         for f in table_dir.glob(f"{stem}-*.parquet") if table_dir.is_dir() else []:
             if f.name not in seen:
-                seen.add(f.name)
-                cols = [schema.STATUS, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS]
-                names = set(pq.read_schema(f).names)
-                t = pq.read_table(f, columns=[c for c in cols if c in names])
+                pf = pq.ParquetFile(f)
+                names = set(pf.schema_arrow.names)
+                t = pf.read(columns=[c for c in cols if c in names])
                 _count(stats, _describe(f.name, t))
-            rows += pq.ParquetFile(f).metadata.num_rows
-        return rows
+                seen[f.name] = pf.metadata.num_rows
+        return sum(seen.values())
 
     def _todo_join(
         self, inputs: Dataset, existing: list[Path], key: tuple[str, ...], rows: int

@@ -2,8 +2,8 @@
 is compacted on the next run even when no row is left to do.
 
 Both failures are injected on the driver where Ray would surface them (the
-stream of finished blocks), so the tests are deterministic; the real node loss
-is exercised in ``test_pipeline_cluster.py``.
+stream of written part files' descriptions), so the tests are deterministic;
+the real node loss is exercised in ``test_pipeline_cluster.py``.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def test_files_whose_description_never_arrived_are_counted_once(
     _write(tmp_path, _block(["q6"], "a"), stem.replace("000003", "000002"))
     stats = pipeline.StageStats(expected=6)
     pipeline._count(stats, seen_info)
-    seen = {seen_info["file"]}
+    seen = {seen_info["file"]: seen_info["rows"]}
 
     driver = object.__new__(pipeline._Driver)
     written = driver._count_unseen(stats, tmp_path, stem, seen)
