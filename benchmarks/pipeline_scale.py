@@ -55,6 +55,17 @@ def _rss_parts(pid: int) -> tuple[int, int]:
     return fields["RssAnon"], fields["RssFile"] + fields["RssShmem"]
 
 
+def process_kind(p: psutil.Process) -> str:
+    """A Ray process's kind: its ``ray::`` task or actor name, else its program."""
+    cmd = p.cmdline()
+    if cmd and cmd[0].startswith("ray::"):
+        return cmd[0].split("(")[0][:60]
+    for word in ("dashboard", "log_monitor", "runtime_env", "monitor"):
+        if any(word in part for part in cmd):
+            return word
+    return p.name()
+
+
 class RssSampler:
     """Peaks of this process's RSS split private/shared, and of the summed
     RSS (and summed private RSS) of this process and its descendants."""
@@ -65,6 +76,9 @@ class RssSampler:
         self.peak_driver_private = 0
         self.peak_driver_shared = 0
         self.peak_processes = 0
+        # per process kind: peak summed private bytes and peak process count
+        self.kinds: dict[str, list[int]] = {}
+        self.at_peak: dict[str, list[int]] = {}  # by kind at the summed peak
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -75,16 +89,29 @@ class RssSampler:
             total = private = 0
             procs = [me, *me.children(recursive=True)]
             self.peak_processes = max(self.peak_processes, len(procs))
+            now: dict[str, list[int]] = {}
             for p in procs:
                 with contextlib.suppress(psutil.Error, OSError, KeyError):
                     total += p.memory_info().rss
-                    private += _rss_parts(p.pid)[0]
+                    mine = _rss_parts(p.pid)[0]
+                    private += mine
+                    kind = now.setdefault(
+                        "driver" if p.pid == me.pid else process_kind(p), [0, 0]
+                    )
+                    kind[0] += mine
+                    kind[1] += 1
+            for name, (mem, count) in now.items():
+                peak = self.kinds.setdefault(name, [0, 0])
+                peak[0] = max(peak[0], mem)
+                peak[1] = max(peak[1], count)
             with contextlib.suppress(OSError, KeyError):
                 mine, shared = _rss_parts(me.pid)
                 self.peak_driver_private = max(self.peak_driver_private, mine)
                 self.peak_driver_shared = max(self.peak_driver_shared, shared)
             self.peak_total = max(self.peak_total, total)
-            self.peak_total_private = max(self.peak_total_private, private)
+            if private > self.peak_total_private:
+                self.peak_total_private = private
+                self.at_peak = now
             self._stop.wait(self._interval)
 
     def __enter__(self) -> RssSampler:
@@ -94,6 +121,12 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _by_kind(kinds: dict[str, list[int]]) -> dict[str, list[float]]:
+    """Kind -> [private MB, processes], largest first."""
+    ranked = sorted(kinds.items(), key=lambda kv: -kv[1][0])
+    return {k: [round(m / 2**20, 1), c] for k, (m, c) in ranked}
 
 
 def config(corpus: Path, qa: Path, run_dir: Path) -> dict[str, Any]:
@@ -158,6 +191,8 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
         "total_peak_rss_mb": round(sampler.peak_total / 2**20, 1),
         "total_peak_private_mb": round(sampler.peak_total_private / 2**20, 1),
         "peak_processes": sampler.peak_processes,
+        "peak_by_kind": _by_kind(sampler.kinds),
+        "at_total_private_peak": _by_kind(sampler.at_peak),
         "stage_seconds": stages,
         "summary": result.summary_path is not None,
     }

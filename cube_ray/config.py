@@ -233,12 +233,20 @@ class RayConfig(StrictModel):
     """Rows per block when the driver builds documents and questions."""
     join_partitions: int | None = Field(default=None, ge=1)
     """Partitions of the hash joins; None sizes them from the row count."""
+    shuffle_batch_mb: int = Field(default=64, ge=1)
+    """MiB of input a hash-join map task partitions at once (Ray Data's
+    default is 1 GiB, which makes a join's memory grow with the table up to
+    that size)."""
     task_num_cpus: float = Field(default=0.5, gt=0)
     """CPUs per light task (hashing, expanding rows, join aggregators)."""
     write_rows: int = Field(default=65536, ge=1)
     """Rows per Parquet part file of the tables the driver writes itself
     (documents, a question file). LLM stages write one part file per finished
     block of ``4 * pool.batch_size`` rows, from Ray tasks."""
+    footer_readers: int = Field(default=2, ge=1)
+    """Actors listing Parquet files per table read (Ray Data's default is 32,
+    each a Python process of about 100 MB); raise it for remote storage with
+    many files."""
     writer_tasks: int = Field(default=2, ge=1)
     """Most part-file writer tasks of an LLM stage running at once; each holds
     a Ray worker process (~200 MB), and one writes thousands of rows/s."""

@@ -35,6 +35,7 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import sys
@@ -99,6 +100,29 @@ TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
 _TMP_PREFIX = ".tmp-"
 _PENDING_PREFIX = ".compact-pending-"
 _CUR_HASH = "_cur_hash"
+FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the ``with`` block only.
+
+    >>> import os
+    >>> with _env("CUBE_RAY_DOCTEST_VAR", "2"):
+    ...     os.environ["CUBE_RAY_DOCTEST_VAR"]
+    '2'
+    >>> "CUBE_RAY_DOCTEST_VAR" in os.environ
+    False
+    """
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 # --- part files ---------------------------------------------------------------
@@ -691,18 +715,31 @@ class _Driver:
         return self.run_dir / name
 
     def read(self, name: str, columns: list[str] | None = None) -> Dataset:
-        import ray.data
-
         files = part_files(self.table_dir(name))
         if not files:
             msg = f"table {name!r} of run {self.run_dir} is empty"
             raise CubeRayError(msg)
-        return ray.data.read_parquet(
-            [str(f) for f in files],
-            columns=columns,
-            file_extensions=None,
-            partitioning=None,
-        )
+        return self.read_files(files, columns)
+
+    def read_files(
+        self, files: list[Path], columns: list[str] | None = None
+    ) -> Dataset:
+        """``ray.data.read_parquet`` of part files, with few footer readers.
+
+        Ray Data's Parquet reader lists files on a pool of ``FooterReader``
+        actors (32 by default, each a Python process of about 100 MB) that it
+        builds when the read is planned, from an environment variable read
+        then; the variable is set for that call only.
+        """
+        import ray.data
+
+        with _env(FOOTER_ACTORS_ENV, str(self.config.ray.footer_readers)):
+            return ray.data.read_parquet(
+                [str(f) for f in files],
+                columns=columns,
+                file_extensions=None,
+                partitioning=None,
+            )
 
     def partitions(self, rows: int) -> int:
         if self.config.ray.join_partitions:
@@ -978,15 +1015,8 @@ class _Driver:
         self, inputs: Dataset, existing: list[Path], key: tuple[str, ...], rows: int
     ) -> Dataset:
         """Inputs whose (key, hash) is not written yet: a Ray Data anti-join."""
-        import ray.data
-
         cols = [*key, schema.CONTENT_HASH]
-        done = ray.data.read_parquet(
-            [str(f) for f in existing],
-            columns=[*cols, schema.STATUS],
-            file_extensions=None,
-            partitioning=None,
-        )
+        done = self.read_files(existing, [*cols, schema.STATUS])
         if self.options.retry_failed:
             done = done.filter(_status_ok)
         done = done.select_columns(cols).rename_columns(
@@ -1077,8 +1107,6 @@ class _Driver:
         Such rows are stale after a config or corpus change. The kept rows are
         written as new part files of the stage before the old ones are removed.
         """
-        import ray.data
-
         key = KEYS[table]
         table_dir = self.table_dir(table)
         files = part_files(table_dir, label)
@@ -1086,9 +1114,7 @@ class _Driver:
         current = inputs.select_columns([*key, INPUT_HASH]).rename_columns(
             {INPUT_HASH: _CUR_HASH}
         )
-        mine = ray.data.read_parquet(
-            [str(f) for f in files], file_extensions=None, partitioning=None
-        )
+        mine = self.read_files(files)
         joined = self.join(mine, current, "left_outer", key, rows + expected)
         kept = joined.map_batches(_keep_current, batch_format="pyarrow")
         staging = self.run_dir / f".staging-{table}-{uuid.uuid4().hex[:8]}"
@@ -1542,6 +1568,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
+        ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
         driver.questions()
         driver.bounds()
         driver.systems(corpus_fp)
