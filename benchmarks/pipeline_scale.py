@@ -57,13 +57,13 @@ def _rss_parts(pid: int) -> tuple[int, int]:
 
 def process_kind(p: psutil.Process) -> str:
     """A Ray process's kind: its ``ray::`` task or actor name, else its program."""
-    cmd = p.cmdline()
+    cmd: list[str] = p.cmdline()
     if cmd and cmd[0].startswith("ray::"):
         return cmd[0].split("(")[0][:60]
     for word in ("dashboard", "log_monitor", "runtime_env", "monitor"):
         if any(word in part for part in cmd):
             return word
-    return p.name()
+    return str(p.name())
 
 
 class RssSampler:
@@ -79,12 +79,19 @@ class RssSampler:
         # per process kind: peak summed private bytes and peak process count
         self.kinds: dict[str, list[int]] = {}
         self.at_peak: dict[str, list[int]] = {}  # by kind at the summed peak
+        self.peak_at_s = 0.0  # when the summed private peak was sampled
+        # pid -> [peak private bytes, kind then, seconds since start then]
+        self.by_pid: dict[int, list[Any]] = {}
+        # every 10 s: (seconds since start, kind -> [private bytes, processes])
+        self.series: list[tuple[float, dict[str, list[int]]]] = []
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = psutil.Process()
+        start = time.perf_counter()
+        next_point = 0.0
         while not self._stop.is_set():
             total = private = 0
             procs = [me, *me.children(recursive=True)]
@@ -95,9 +102,11 @@ class RssSampler:
                     total += p.memory_info().rss
                     mine = _rss_parts(p.pid)[0]
                     private += mine
-                    kind = now.setdefault(
-                        "driver" if p.pid == me.pid else process_kind(p), [0, 0]
-                    )
+                    name = "driver" if p.pid == me.pid else process_kind(p)
+                    kind = now.setdefault(name, [0, 0])
+                    top = self.by_pid.setdefault(p.pid, [0, "", 0.0])
+                    if mine > top[0]:
+                        top[:] = [mine, name, round(time.perf_counter() - start, 1)]
                     kind[0] += mine
                     kind[1] += 1
             for name, (mem, count) in now.items():
@@ -109,9 +118,14 @@ class RssSampler:
                 self.peak_driver_private = max(self.peak_driver_private, mine)
                 self.peak_driver_shared = max(self.peak_driver_shared, shared)
             self.peak_total = max(self.peak_total, total)
+            elapsed = time.perf_counter() - start
             if private > self.peak_total_private:
                 self.peak_total_private = private
                 self.at_peak = now
+                self.peak_at_s = elapsed
+            if elapsed >= next_point:
+                self.series.append((round(elapsed, 1), now))
+                next_point += 10.0
             self._stop.wait(self._interval)
 
     def __enter__(self) -> RssSampler:
@@ -193,11 +207,18 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
         "peak_processes": sampler.peak_processes,
         "peak_by_kind": _by_kind(sampler.kinds),
         "at_total_private_peak": _by_kind(sampler.at_peak),
+        "total_private_peak_at_s": round(sampler.peak_at_s, 1),
+        "largest_processes": [
+            [round(m / 2**20, 1), kind, t]
+            for m, kind, t in sorted(sampler.by_pid.values(), reverse=True)[:8]
+        ],
         "stage_seconds": stages,
         "summary": result.summary_path is not None,
     }
     if not keep:
         shutil.rmtree(base, ignore_errors=True)
+    series = [{"t": t, "kinds": _by_kind(kinds)} for t, kinds in sampler.series]
+    (OUT / f"scale{records}-memory.json").write_text(json.dumps(series))
     return out
 
 

@@ -1346,25 +1346,39 @@ class _Driver:
         )
 
     def _prepare(self, system: Any) -> None:
-        """One-off set-up of a system (the built-in RAG's index) in one task.
+        """One-off set-up of a system in one task.
 
-        The task is pinned to the driver's node, where the run dir (and so
-        the documents and the index) lives; the driver itself holds nothing.
+        That is the built-in RAG's index, or a QA file's validation and lookup
+        index (``index/`` of the run dir). The task is pinned to the driver's
+        node, where the run dir (and so the documents and the index) lives;
+        the driver itself holds nothing.
+        A bad QA file fails here with its file, row and field.
         """
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from cube_ray.systems import prepare_system
+        from cube_ray.systems.qa_file import build_qa_index
 
-        if system.kind != "builtin_rag":
-            return
         node = ray.get_runtime_context().get_node_id()
-        remote: Any = ray.remote(cast("Any", prepare_system))
-        task = remote.options(
+        if system.kind == "builtin_rag":
+            fn: Any = prepare_system
+            kwargs = {"documents_path": str(self.table_dir(DOCUMENTS))}
+        elif system.kind == "qa_file":
+            fn = build_qa_index
+            kwargs = {"index_dir": str(self.run_dir / "index")}
+        else:
+            return
+        task = ray.remote(fn).options(
             num_cpus=self.config.ray.task_num_cpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )
-        ray.get(task.remote(system, documents_path=str(self.table_dir(DOCUMENTS))))
+        try:
+            ray.get(task.remote(system, **kwargs))
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, CubeRayError):
+                raise exc.cause from None
+            raise
 
     def systems(self, corpus_fp: str) -> None:
         cfg = self.config
@@ -1569,6 +1583,9 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
         ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
+        for system in config.systems:  # a bad QA file fails before any stage
+            if system.kind == "qa_file":
+                driver._prepare(system)
         driver.questions()
         driver.bounds()
         driver.systems(corpus_fp)

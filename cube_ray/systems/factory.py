@@ -39,9 +39,14 @@ def build_system(
         InputError: If a QA file or the documents are invalid.
     """
     if config.kind == "qa_file":
+        from pathlib import Path
+
         from cube_ray.systems.qa_file import QaFileSystem
 
-        return QaFileSystem(config)
+        # In a run, the QA file's index sits beside the documents in the run
+        # dir's index/ (built once by the pipeline); outside one, a temporary one.
+        docs = Path(documents_path)
+        return QaFileSystem(config, docs.parent / "index" if docs.is_dir() else None)
     if config.kind == "builtin_rag":
         if generator is None:
             msg = (

@@ -284,3 +284,26 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     }
     assert manifest["stages"]["scores:tiny-argmax"]["prompt_tokens"] > 0
     assert len(part_files(run_dir / "scores")) >= 2
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_repeated_qa_row_fails_before_any_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """QA rows are checked (in a Ray task, into the run's QA index) before the
+    first LLM stage: one error with file, row and field, exit 2, nothing
+    generated (the documents table is written before Ray starts)."""
+    corpus, ids = make_corpus(tmp_path, 3)
+    qa = make_qa_file(tmp_path, ids)
+    lines = qa.read_text(encoding="utf-8").splitlines()
+    qa.write_text("\n".join([*lines, lines[0]]) + "\n", encoding="utf-8")
+    cfg = fake_config(tmp_path, corpus, qa)
+    run_dir = tmp_path / "run"
+    code = main(["run", str(cfg), "--out", str(run_dir), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"file {qa}, row {len(lines)}, field 'question_id'" in err
+    assert "repeats row 0" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["documents", "manifest.json"]

@@ -18,6 +18,7 @@ from cube_ray.systems import (
     build_system,
     load_question_file,
 )
+from cube_ray.systems.qa_file import QaFileSystem, build_qa_index, qa_index_path
 
 NCP = Path(__file__).resolve().parents[3] / "shared" / "data" / "ncp_policy_qa"
 
@@ -195,3 +196,77 @@ def test_question_file_ncp_human_questions() -> None:
     }
     checked = load_question_file(NCP / "queries.jsonl", known_doc_ids=corpus_ids)
     assert checked.equals(df)
+
+
+def test_qa_index_is_built_once_per_file_and_looked_up_in_chunks(
+    tmp_path: Path,
+) -> None:
+    n = 1203  # more keys than one SELECT takes
+    path = _write_jsonl(
+        tmp_path / "qa.jsonl",
+        [
+            {"question_id": f"q{i}", "answer": f"a{i}", "retrieved_doc_ids": [f"d{i}"]}
+            for i in range(n)
+        ],
+    )
+    cfg = QaFileSystemConfig(path=str(path))
+    index_dir = tmp_path / "run" / "index"
+    index = build_qa_index(cfg, index_dir)
+    assert index.parent == index_dir
+    stamp = index.stat().st_mtime_ns
+    system = QaFileSystem(cfg, index_dir)
+    assert qa_index_path(cfg, index_dir) == index
+    assert index.stat().st_mtime_ns == stamp  # opened, not rebuilt
+    asked = [QuestionIn(f"q{i}", "?", f"d{i}") for i in reversed(range(n))]
+    asked += [QuestionIn("q5", "?", "d5"), QuestionIn("zz", "?", "d")]
+    got = system.answer(asked)
+    assert got[:n] == [SystemAnswer(f"a{i}", [f"d{i}"]) for i in reversed(range(n))]
+    assert got[n] == SystemAnswer("a5", ["d5"])
+    assert got[n + 1] == SystemAnswer(None, status="missing_in_qa_file")
+    system.close()
+    system.close()
+    # A changed file gets its own index; nothing partial is left behind.
+    _write_jsonl(
+        path, [{"question_id": "q0", "answer": "new", "retrieved_doc_ids": []}]
+    )
+    assert qa_index_path(cfg, index_dir) != index
+    again = QaFileSystem(cfg, index_dir)
+    assert again.answer([QUESTIONS[0], QuestionIn("q0", "?", "d0")]) == [
+        SystemAnswer(None, status="missing_in_qa_file"),
+        SystemAnswer("new", []),
+    ]
+    again.close()
+    assert len(list(index_dir.glob("qa-*.sqlite"))) == 2
+    assert list(index_dir.glob(".tmp-*")) == []
+
+
+def test_temporary_index_is_removed_and_a_bad_file_leaves_no_index(
+    tmp_path: Path,
+) -> None:
+    path = _write_jsonl(
+        tmp_path / "qa.jsonl",
+        [{"question_id": "q1", "answer": "x", "retrieved_doc_ids": []}],
+    )
+    system = QaFileSystem(QaFileSystemConfig(path=str(path)))
+    assert system._tmp is not None
+    tmp = Path(system._tmp)
+    assert len(list(tmp.glob("qa-*.sqlite"))) == 1
+    system.close()
+    assert not tmp.exists()
+    dup = _write_jsonl(
+        tmp_path / "dup.jsonl",
+        [
+            {"question_id": "q1", "answer": "x", "retrieved_doc_ids": []},
+            {"question_id": "q2", "answer": "y", "retrieved_doc_ids": []},
+            {"question_id": "q1", "answer": "z", "retrieved_doc_ids": []},
+        ],
+    )
+    index_dir = tmp_path / "run" / "index"
+    with pytest.raises(InputError, match="repeats row 0") as info:
+        build_qa_index(QaFileSystemConfig(path=str(dup)), index_dir)
+    assert (info.value.path, info.value.row, info.value.field) == (
+        str(dup),
+        2,
+        "question_id",
+    )
+    assert not index_dir.exists()
