@@ -247,6 +247,9 @@ class RayConfig(StrictModel):
     """Actors listing Parquet files per table read (Ray Data's default is 32,
     each a Python process of about 100 MB); raise it for remote storage with
     many files."""
+    read_unit_mb: int = Field(default=32, ge=1)
+    """Most MiB of Parquet row groups one read task loads (Ray Data's default
+    is 128, which lets a read task's memory grow with the table)."""
     writer_tasks: int = Field(default=2, ge=1)
     """Most part-file writer tasks of an LLM stage running at once; each holds
     a Ray worker process (~200 MB), and one writes thousands of rows/s."""

@@ -101,28 +101,30 @@ _TMP_PREFIX = ".tmp-"
 _PENDING_PREFIX = ".compact-pending-"
 _CUR_HASH = "_cur_hash"
 FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+READ_UNIT_ENV = "RAY_DATA_PARQUET_BIN_PACKING_BYTES"
 
 
 @contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    """Set an environment variable for the ``with`` block only.
+def _env(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the ``with`` block only.
 
     >>> import os
-    >>> with _env("CUBE_RAY_DOCTEST_VAR", "2"):
+    >>> with _env({"CUBE_RAY_DOCTEST_VAR": "2"}):
     ...     os.environ["CUBE_RAY_DOCTEST_VAR"]
     '2'
     >>> "CUBE_RAY_DOCTEST_VAR" in os.environ
     False
     """
-    before = os.environ.get(name)
-    os.environ[name] = value
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 # --- part files ---------------------------------------------------------------
@@ -724,16 +726,22 @@ class _Driver:
     def read_files(
         self, files: list[Path], columns: list[str] | None = None
     ) -> Dataset:
-        """``ray.data.read_parquet`` of part files, with few footer readers.
+        """``ray.data.read_parquet`` of part files: few footer readers, small reads.
 
         Ray Data's Parquet reader lists files on a pool of ``FooterReader``
-        actors (32 by default, each a Python process of about 100 MB) that it
-        builds when the read is planned, from an environment variable read
-        then; the variable is set for that call only.
+        actors (32 by default, each a Python process of about 100 MB) and
+        packs row groups into read tasks of up to 128 MiB, so a read task's
+        memory grows with the table until bins fill. Both are sized from
+        environment variables when the read is planned; they are set for
+        that call only.
         """
         import ray.data
 
-        with _env(FOOTER_ACTORS_ENV, str(self.config.ray.footer_readers)):
+        values = {
+            FOOTER_ACTORS_ENV: str(self.config.ray.footer_readers),
+            READ_UNIT_ENV: str(self.config.ray.read_unit_mb * 2**20),
+        }
+        with _env(values):
             return ray.data.read_parquet(
                 [str(f) for f in files],
                 columns=columns,

@@ -1,9 +1,11 @@
 """How the driver plans its Parquet reads (no Ray started here).
 
-Ray Data sizes its pool of ``FooterReader`` actors, one Python process each,
-from ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` when a read is planned. The
-driver sets it to ``ray.footer_readers`` for exactly that call; the scale
-benchmark (``benchmarks/pipeline_scale.py``) measures the processes it saves.
+Ray Data sizes its pool of ``FooterReader`` actors (one Python process each)
+and its read units from ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` and
+``RAY_DATA_PARQUET_BIN_PACKING_BYTES`` when a read is planned. The driver
+sets them from ``ray.footer_readers`` and ``ray.read_unit_mb`` for exactly
+that call; the scale benchmark (``benchmarks/pipeline_scale.py``) measures
+the memory this saves.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from cube_ray.config import RunConfig
 from cube_ray.pipeline import RunOptions
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
+VARS = (pipeline.FOOTER_ACTORS_ENV, pipeline.READ_UNIT_ENV)
+
 
 def _driver(tmp_path: Path, **ray_opts: Any) -> pipeline._Driver:
     corpus, ids = make_corpus(tmp_path, 4)
@@ -28,50 +32,57 @@ def _driver(tmp_path: Path, **ray_opts: Any) -> pipeline._Driver:
     return pipeline._Driver(RunConfig.from_yaml(cfg), options)
 
 
-@pytest.mark.parametrize(("configured", "before"), [(None, None), (5, "32")])
-def test_footer_readers_are_set_for_the_read_call_only(
+@pytest.mark.parametrize(
+    ("configured", "before", "expected"),
+    [
+        ({}, None, ("2", str(32 * 2**20))),
+        ({"footer_readers": 5, "read_unit_mb": 8}, "32", ("5", str(8 * 2**20))),
+    ],
+)
+def test_read_settings_are_set_for_the_read_call_only(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    configured: int | None,
+    configured: dict[str, int],
     before: str | None,
+    expected: tuple[str, str],
 ) -> None:
     import ray.data
 
-    opts = {} if configured is None else {"footer_readers": configured}
-    driver = _driver(tmp_path, **opts)
-    if before is None:
-        monkeypatch.delenv(pipeline.FOOTER_ACTORS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(pipeline.FOOTER_ACTORS_ENV, before)
-    seen: list[tuple[str | None, list[str], list[str] | None]] = []
+    driver = _driver(tmp_path, **configured)
+    for name in VARS:
+        if before is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, before)
+    seen: list[tuple[tuple[str | None, ...], list[str], list[str] | None]] = []
 
     def read_parquet(paths: list[str], **kwargs: Any) -> str:
-        seen.append(
-            (os.environ.get(pipeline.FOOTER_ACTORS_ENV), paths, kwargs["columns"])
-        )
+        now = tuple(os.environ.get(name) for name in VARS)
+        seen.append((now, paths, kwargs["columns"]))
         return "dataset"
 
     monkeypatch.setattr(ray.data, "read_parquet", read_parquet)
     files = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
     assert driver.read_files(files, ["doc_id"]) == "dataset"
-    expected = "2" if configured is None else str(configured)
     assert seen == [(expected, [str(f) for f in files], ["doc_id"])]
-    assert os.environ.get(pipeline.FOOTER_ACTORS_ENV) == before
+    assert tuple(os.environ.get(name) for name in VARS) == (before, before)
 
 
-def test_footer_readers_env_is_restored_when_the_read_fails(
+def test_read_settings_are_restored_when_the_read_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray.data
 
-    driver = _driver(tmp_path, footer_readers=1)
-    monkeypatch.delenv(pipeline.FOOTER_ACTORS_ENV, raising=False)
+    driver = _driver(tmp_path, footer_readers=1, read_unit_mb=1)
+    for name in VARS:
+        monkeypatch.delenv(name, raising=False)
 
     def read_parquet(paths: list[str], **kwargs: Any) -> None:
         assert os.environ[pipeline.FOOTER_ACTORS_ENV] == "1"
+        assert os.environ[pipeline.READ_UNIT_ENV] == str(2**20)
         raise FileNotFoundError(paths[0])
 
     monkeypatch.setattr(ray.data, "read_parquet", read_parquet)
     with pytest.raises(FileNotFoundError):
         driver.read_files([tmp_path / "gone.parquet"])
-    assert pipeline.FOOTER_ACTORS_ENV not in os.environ
+    assert not any(name in os.environ for name in VARS)
