@@ -9,6 +9,10 @@ corpus records/s, engine rows/s, the driver's peak RSS (the process that must
 not collect tables), split into private memory and shared pages (the plasma
 object store it maps), and the peak summed RSS (and summed private RSS) of the
 driver and every process it started (Ray workers, raylet), sampled every 0.5 s.
+To trace that sum it also reports the peak private memory of each kind of Ray
+process (its ``ray::`` name), the kinds at the summed peak, the eight largest
+processes with when they peaked, and writes a 10 s time series by kind to
+``benchmarks/out/scale<N>-memory.json``.
 """
 
 from __future__ import annotations
