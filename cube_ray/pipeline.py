@@ -1353,7 +1353,7 @@ class _Driver:
             out_schema=ANSWERS_OUT_SCHEMA,
         )
 
-    def _prepare(self, system: Any) -> None:
+    def prepare_system(self, system: Any) -> None:
         """One-off set-up of a system in one task.
 
         That is the built-in RAG's index, or a QA file's validation and lookup
@@ -1391,7 +1391,8 @@ class _Driver:
     def systems(self, corpus_fp: str) -> None:
         cfg = self.config
         for system in cfg.systems:
-            self._prepare(system)
+            if system.kind != "qa_file":  # QA files: indexed before the first stage
+                self.prepare_system(system)
             parts = [
                 json.dumps(
                     system.model_dump(mode="json", exclude={"pool"}), sort_keys=True
@@ -1593,7 +1594,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
         for system in config.systems:  # a bad QA file fails before any stage
             if system.kind == "qa_file":
-                driver._prepare(system)
+                driver.prepare_system(system)
         driver.questions()
         driver.bounds()
         driver.systems(corpus_fp)

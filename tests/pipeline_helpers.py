@@ -10,8 +10,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import yaml
 
-from cube_ray import schema
-from cube_ray.pipeline import part_files
+from cube_ray import pipeline, schema
+from cube_ray.config import RunConfig
+from cube_ray.pipeline import RunOptions, part_files
 from cube_ray.stages import KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +127,12 @@ def assert_complete(run_dir: Path, n_docs: int, *, judges: int, dims: int = 4) -
         assert df.height == n, (table, df.height, n)
         assert df.select(key).unique().height == n, f"duplicate keys in {table}"
         assert df[schema.CONTENT_HASH].null_count() == 0
+
+
+def make_driver(tmp: Path, **ray_opts: Any) -> pipeline._Driver:
+    """The driver of a 4-record fake run (nothing started), ``ray:`` options set."""
+    corpus, ids = make_corpus(tmp, 4)
+    qa = make_qa_file(tmp, ids)
+    cfg = fake_config(tmp, corpus, qa, ray_options=ray_opts)
+    options = RunOptions(run_dir=tmp / "run", progress=False, report=False)
+    return pipeline._Driver(RunConfig.from_yaml(cfg), options)

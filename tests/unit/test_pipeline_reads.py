@@ -17,19 +17,9 @@ from typing import Any
 import pytest
 
 from cube_ray import pipeline
-from cube_ray.config import RunConfig
-from cube_ray.pipeline import RunOptions
-from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
+from tests.pipeline_helpers import make_driver
 
 VARS = (pipeline.FOOTER_ACTORS_ENV, pipeline.READ_UNIT_ENV)
-
-
-def _driver(tmp_path: Path, **ray_opts: Any) -> pipeline._Driver:
-    corpus, ids = make_corpus(tmp_path, 4)
-    qa = make_qa_file(tmp_path, ids)
-    cfg = fake_config(tmp_path, corpus, qa, ray_options=ray_opts)
-    options = RunOptions(run_dir=tmp_path / "run", progress=False, report=False)
-    return pipeline._Driver(RunConfig.from_yaml(cfg), options)
 
 
 @pytest.mark.parametrize(
@@ -48,7 +38,7 @@ def test_read_settings_are_set_for_the_read_call_only(
 ) -> None:
     import ray.data
 
-    driver = _driver(tmp_path, **configured)
+    driver = make_driver(tmp_path, **configured)
     for name in VARS:
         if before is None:
             monkeypatch.delenv(name, raising=False)
@@ -73,7 +63,7 @@ def test_read_settings_are_restored_when_the_read_fails(
 ) -> None:
     import ray.data
 
-    driver = _driver(tmp_path, footer_readers=1, read_unit_mb=1)
+    driver = make_driver(tmp_path, footer_readers=1, read_unit_mb=1)
     for name in VARS:
         monkeypatch.delenv(name, raising=False)
 

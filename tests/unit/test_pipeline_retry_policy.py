@@ -15,23 +15,13 @@ from typing import Any
 import pytest
 
 from cube_ray import pipeline
-from cube_ray.config import RunConfig
-from cube_ray.pipeline import RunOptions
-from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
+from tests.pipeline_helpers import make_driver
 
 
 def _lost_node() -> Exception:
     import ray.exceptions
 
     return ray.exceptions.NodeDiedError("n2")
-
-
-def _driver(tmp_path: Path, **ray_opts: Any) -> pipeline._Driver:
-    corpus, ids = make_corpus(tmp_path, 4)
-    qa = make_qa_file(tmp_path, ids)
-    cfg = fake_config(tmp_path, corpus, qa, ray_options=ray_opts)
-    options = RunOptions(run_dir=tmp_path / "run", progress=False, report=False)
-    return pipeline._Driver(RunConfig.from_yaml(cfg), options)
 
 
 class _Script:
@@ -75,7 +65,7 @@ def _run(driver: pipeline._Driver, script: _Script, mp: pytest.MonkeyPatch) -> N
 def test_retries_in_a_row_without_progress_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    driver = _driver(tmp_path, stage_retries=2)
+    driver = make_driver(tmp_path, stage_retries=2)
     script = _Script([(5, _lost_node()), (0, _lost_node()), (0, _lost_node())])
     with pytest.raises(Exception, match="n2") as info:
         _run(driver, script, monkeypatch)
@@ -90,7 +80,7 @@ def test_retries_in_a_row_without_progress_are_bounded(
 def test_a_retry_that_writes_rows_resets_the_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    driver = _driver(tmp_path, stage_retries=1)
+    driver = make_driver(tmp_path, stage_retries=1)
     # Four node losses in one stage, each after some progress: a long run on
     # spot instances must survive them all.
     steps: list[tuple[int, Exception | None]] = [(10, _lost_node())] * 4
@@ -107,7 +97,7 @@ def test_a_retry_that_writes_rows_resets_the_count(
 def test_code_errors_are_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    driver = _driver(tmp_path)
+    driver = make_driver(tmp_path)
     script = _Script([(3, ValueError("bad row"))])
     with pytest.raises(ValueError, match="bad row"):
         _run(driver, script, monkeypatch)
@@ -136,7 +126,7 @@ def _await(
     wait_s: float = 45.0,
     failures: int = 1,
 ) -> _Clock:
-    driver = _driver(tmp_path, node_loss_wait_s=wait_s)
+    driver = make_driver(tmp_path, node_loss_wait_s=wait_s)
     clock = _Clock()
     seen = iter(views)
     last = views[-1]
