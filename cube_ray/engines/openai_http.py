@@ -17,7 +17,11 @@ Failure handling, per request:
   ``connect_error``, ``malformed_response``) with a short raw text;
 * an unconstrained score that is not exactly one integer 0..10 is asked again
   with a reminder, ``parse_retries`` times, then stored as ``parse_error`` with
-  the raw text (never 0).
+  the raw text (never 0);
+* ``expected`` scores follow :func:`~cube_ray.engines._scoring.read_expected`
+  (``low_score_mass`` below ``min_score_mass``); the "1"/"10" split is read
+  from the next step or one follow-up request where the endpoint allows it,
+  else the row is ``argmax_fallback`` (see :meth:`OpenAIHttpEngine._expected`).
 
 The API key is read from the environment variable named by ``api_key_env`` and
 only ever placed in the ``Authorization`` header: it is redacted from every raw
