@@ -34,6 +34,7 @@ from cube_ray.aggregate._math import (
 )
 from cube_ray.aggregate._options import AggregateOptions, WeightsError
 from cube_ray.aggregate._separation import (
+    CODE_SPAN,
     DELTA,
     JUDGE_SPAN,
     NOT_SEPARATED,
@@ -162,6 +163,43 @@ def _require(
             path=source,
             field=missing[0],
         )
+
+
+def _aligned_totals(
+    blocks: Mapping[int, pl.DataFrame], weights: Mapping[int, float]
+) -> dict[int, pl.Series]:
+    """Weighted paired differences of the judges whose blocks are aligned.
+
+    Args:
+        blocks: ``pair_key // QUESTION_SPAN`` code -> that (judge, dimension)'s
+            ``pair_key`` and ``delta`` columns, in table order.
+        weights: Codes of the positive-weight (judge, dimension) pairs -> weight.
+
+    Returns:
+        Judge code -> ``sum_d w_d * delta_d`` per question, for each judge whose
+        positive-weight blocks all list the same questions in the same order
+        (the others are left to the grouping path).
+    """
+    by_judge: dict[int, list[int]] = {}
+    for code in weights:
+        by_judge.setdefault(code % CODE_SPAN, []).append(code)
+    out: dict[int, pl.Series] = {}
+    for judge, codes in by_judge.items():
+        if any(c not in blocks for c in codes):
+            continue
+        first = blocks[codes[0]].get_column(PAIR_KEY) % QUESTION_SPAN
+        if not all(
+            blocks[c].height == first.len()
+            and (blocks[c].get_column(PAIR_KEY) % QUESTION_SPAN).equals(first)
+            for c in codes[1:]
+        ):
+            continue
+        ordered = sorted(codes)
+        total = weights[ordered[0]] * blocks[ordered[0]].get_column(DELTA)
+        for c in ordered[1:]:
+            total = total + weights[c] * blocks[c].get_column(DELTA)
+        out[judge] = total.alias(DELTA)
+    return out
 
 
 def _strings(series: pl.Series) -> list[str]:
@@ -761,6 +799,20 @@ class _Aggregation:
             codes.judge_of(pl.col("_jd")).alias(schema.JUDGE),
             codes.dimension_of(pl.col("_jd")).alias(schema.DIMENSION),
         ).drop("_jd")
+        # Blocks of one (judge, dimension) each, in table order: when a judge's
+        # blocks list the same questions in the same order (a study written
+        # set by set and dimension by dimension), its weighted differences are
+        # a weighted sum of aligned columns, with no grouping by question.
+        blocks = (
+            {}
+            if variant
+            else {
+                int(k[0]): frame
+                for k, frame in pairs.with_columns(jd.alias("_jd"))
+                .partition_by("_jd", as_dict=True, include_key=False)
+                .items()
+            }
+        )
         totals = []
         for system in self.rag_systems:
             w = weights.filter((pl.col(schema.SYSTEM) == system) & (pl.col(WEIGHT) > 0))
@@ -772,6 +824,18 @@ class _Aggregation:
             n_by_judge = {
                 codes.judges[j]: n for j, n in n_dims.iter_rows() if j in codes.judges
             }
+            for judge, total_delta in _aligned_totals(blocks, by_code).items():
+                totals.append(
+                    total_delta.round(10)
+                    .value_counts(name=COUNT)
+                    .select(
+                        pl.lit(system).alias(_VARIANT),
+                        codes.judge_of(pl.lit(judge)).alias(schema.JUDGE),
+                        pl.col(total_delta.name).alias(DELTA),
+                        pl.col(COUNT).cast(pl.UInt32),
+                    )
+                )
+                by_code = {c: v for c, v in by_code.items() if c % CODE_SPAN != judge}
             rows = pairs.lazy()
             if variant:
                 rows = rows.filter(pl.col(_VARIANT) == system)
@@ -802,7 +866,7 @@ class _Aggregation:
                     pl.lit(system).alias(_VARIANT),
                     codes.judge_of(pl.col("_j")).alias(schema.JUDGE),
                     DELTA,
-                    COUNT,
+                    pl.col(COUNT).cast(pl.UInt32),
                 )
             )
         return per_dim, pl.concat(totals)
