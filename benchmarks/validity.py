@@ -246,7 +246,8 @@ def coverage(
             ),
         }
         for m, (lo, hi) in intervals.items():
-            assert lo is not None and hi is not None
+            assert lo is not None
+            assert hi is not None
             hits[m] += int(lo <= TRUE_CUBE <= hi)
             lows[m] += int(hi < TRUE_CUBE)
             widths[m].append(hi - lo)
@@ -386,9 +387,7 @@ def main() -> None:
     for gap, label in ((0.0, "blind (gap 0)"), (1.5, "1.5-point gap")):
         for noise in (1.5, 3.0):
             rates = [
-                separation_rates(
-                    n, studies_c, gap=gap, noise=noise, seed=args.seed + n
-                )
+                separation_rates(n, studies_c, gap=gap, noise=noise, seed=args.seed + n)
                 for n in (30, 100, 400)
             ]
             print(
