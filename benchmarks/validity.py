@@ -100,8 +100,14 @@ def simulate_tables(
     jury: Sequence[Judge] = JURY,
     share: float = SHARE,
     recall: float = RECALL,
+    integer: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Answers and scores tables of one simulated study of ``n`` questions."""
+    """Answers and scores tables of one simulated study of ``n`` questions.
+
+    With ``integer`` the judges give integer scores 0..10 (rounded, clipped),
+    as real judges do; each judge's CuBE then estimates its own limit, no
+    longer exactly ``TRUE_CUBE`` (see :func:`true_cube`).
+    """
     qids = np.array([f"q{i:05d}" for i in range(n)])
     hit = rng.random(n) < recall
     rank = np.where(hit, rng.integers(1, K + 1, n), 0).astype(np.int32)
@@ -132,6 +138,8 @@ def simulate_tables(
                     + judge.slope * latent
                     + rng.normal(0.0, judge.noise, n)
                 )
+                if integer:
+                    score = np.clip(np.rint(score), 0.0, 10.0)
                 frames.append(
                     pl.DataFrame(
                         {
@@ -145,6 +153,18 @@ def simulate_tables(
                     )
                 )
     return answers, pl.concat(frames)
+
+
+def true_cube(*, integer: bool = False, n: int = 200_000, seed: int = 99) -> float:
+    """The across-judge CuBE the estimator converges to.
+
+    ``TRUE_CUBE`` for continuous scores (exact); for integer scores the value
+    on one study of ``n`` questions (its own sampling error is about 0.1).
+    """
+    if not integer:
+        return TRUE_CUBE
+    answers, scores = simulate_tables(np.random.default_rng(seed), n, integer=True)
+    return float(evaluate_replicates(answers, scores).cube_mean[0, 0])
 
 
 # --------------------------------------------------------------------------
@@ -216,6 +236,8 @@ def coverage(
     resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    integer: bool = False,
+    truth: float = TRUE_CUBE,
 ) -> Coverage:
     """Coverage of the percentile and BCa intervals over simulated studies."""
     rng = np.random.default_rng(seed)
@@ -226,7 +248,7 @@ def coverage(
     estimates = []
     options = AggregateOptions()
     for s in range(studies):
-        answers, scores = simulate_tables(rng, n)
+        answers, scores = simulate_tables(rng, n, integer=integer)
         point = evaluate_replicates(answers, scores, options=options)
         boot = evaluate_replicates(
             answers,
@@ -248,8 +270,8 @@ def coverage(
         for m, (lo, hi) in intervals.items():
             assert lo is not None
             assert hi is not None
-            hits[m] += int(lo <= TRUE_CUBE <= hi)
-            lows[m] += int(hi < TRUE_CUBE)
+            hits[m] += int(lo <= truth <= hi)
+            lows[m] += int(hi < truth)
             widths[m].append(hi - lo)
     return Coverage(
         n,
@@ -333,6 +355,13 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 400])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["a", "b", "b-int", "c"],
+        help="a: spread; b: coverage (continuous scores); b-int: coverage with "
+        "integer scores 0-10; c: separation",
+    )
     args = parser.parse_args()
     print(
         f"# validity study: {platform.node()} {platform.processor()} "
@@ -347,6 +376,20 @@ def main() -> None:
         + f"; true CuBE {TRUE_CUBE:.1f}"
     )
     t0 = time.perf_counter()
+    if "a" in args.parts:
+        part_a(args)
+    if "b" in args.parts:
+        part_b(args, integer=False)
+    if "b-int" in args.parts:
+        part_b(args, integer=True)
+    if "c" in args.parts:
+        part_c(args)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+
+
+def part_a(args: argparse.Namespace) -> None:
+    """(a) cross-judge SD of raw, normalised and CuBE figures."""
+    t0 = time.perf_counter()
     print("\n(a) cross-judge SD (0-100 scale), mean over studies")
     print("| questions | studies | raw weighted | normalised | CuBE | cut by norm. |")
     print("|---:|---:|---:|---:|---:|---:|")
@@ -358,15 +401,30 @@ def main() -> None:
         )
     print(f"({time.perf_counter() - t0:.0f} s)")
 
+
+def part_b(args: argparse.Namespace, *, integer: bool) -> None:
+    """(b) coverage of the percentile and BCa intervals."""
     t0 = time.perf_counter()
-    print("\n(b) coverage of the 95 % interval of the across-judge CuBE")
+    truth = true_cube(integer=integer)
+    kind = "integer scores 0-10" if integer else "continuous scores"
+    print(
+        "\n(b) coverage of the 95 % interval of the across-judge CuBE, "
+        f"{kind}; true CuBE {truth:.2f}"
+    )
     print(
         "| questions | studies | resamples | method | coverage (± s.e.) | "
         "wholly below truth | mean width | mean estimate |"
     )
     print("|---:|---:|---:|---|---:|---:|---:|---:|")
     for n in args.sizes:
-        cov = coverage(n, args.studies, resamples=args.resamples, seed=args.seed + n)
+        cov = coverage(
+            n,
+            args.studies,
+            resamples=args.resamples,
+            seed=args.seed + n + (7 if integer else 0),
+            integer=integer,
+            truth=truth,
+        )
         for m in ("percentile", "bca"):
             print(
                 f"| {n} | {cov.studies} | {cov.resamples} | {m} | "
@@ -376,6 +434,9 @@ def main() -> None:
             )
         print(f"({time.perf_counter() - t0:.0f} s)")
 
+
+def part_c(args: argparse.Namespace) -> None:
+    """(c) false separation of a blind judge, power at a 1.5-point gap."""
     t0 = time.perf_counter()
     studies_c = max(args.studies, 1000)
     print(
