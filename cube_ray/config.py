@@ -22,6 +22,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
+from cube_ray.aggregate._options import AggregateOptions, BoundsOptions
 from cube_ray.engines.config import EngineConfig, FakeEngineConfig
 from cube_ray.errors import ConfigError
 from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
@@ -207,19 +208,50 @@ def default_dimensions() -> list[DimensionConfig]:
     return [DimensionConfig(name=name) for name in DEFAULT_DIMENSIONS]
 
 
-class AggregateConfig(StrictModel):
-    """Options of the aggregation (CUBE_METHOD.md sections 5-8)."""
+class AggregateConfig(BoundsOptions):
+    """Options of the aggregation (CUBE_METHOD.md sections 5-8 and 10).
+
+    ``trim``, ``bounds_on`` and the validity guards (``min_gap``, ``alpha``,
+    ``require_separation``) are declared once, in
+    :class:`cube_ray.aggregate.BoundsOptions`; :meth:`options` turns this
+    section into the aggregation's :class:`cube_ray.aggregate.AggregateOptions`.
+    """
 
     k: int | dict[str, int] | None = None
     """Retrieval depth for rank scores; one number, per system, or None to use
     each system's own ``k``."""
-    trim: float = Field(default=0.1, ge=0, lt=0.5)
-    """Proportion cut from each end for the trimmed mean."""
     weights: Literal["pearson", "equal", "fixed"] | dict[str, Any] = "pearson"
     """``pearson`` (the method), ``equal``, ``fixed`` (the dimensions' ``weight``)
     or an explicit mapping dimension -> weight (optionally judge -> mapping)."""
-    bounds_on: Literal["all", "paired"] = "all"
-    """Questions the zero/full bounds use: all, or the retrieved ones only."""
+
+    def options(
+        self,
+        *,
+        system_k: dict[str, int],
+        dimension_weights: dict[str, float | None],
+    ) -> AggregateOptions:
+        """The aggregation options of a run.
+
+        Args:
+            system_k: Each system's own retrieval depth (used when ``k`` is
+                None; with no system, 8).
+            dimension_weights: The dimensions' ``weight`` (used by ``fixed``).
+
+        Returns:
+            The options :func:`cube_ray.aggregate.summarize` takes.
+        """
+        k: int | dict[str, int] = (
+            self.k if self.k is not None else (dict(system_k) if system_k else 8)
+        )
+        weights: Any = self.weights
+        if weights == "fixed":
+            weights = dict(dimension_weights)
+        shared = BoundsOptions.model_fields
+        return AggregateOptions(
+            k=k,
+            weights=weights,
+            **{name: getattr(self, name) for name in shared},
+        )
 
 
 class RayConfig(StrictModel):

@@ -1531,23 +1531,13 @@ def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any]
 def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     """Aggregate the written tables into the summary (None if unavailable)."""
     try:
-        from cube_ray.aggregate import AggregateOptions, summarize
+        from cube_ray.aggregate import summarize
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
         return None
-    agg = config.aggregate
-    k: int | dict[str, int]
-    if agg.k is not None:
-        k = agg.k
-    elif config.systems:
-        k = {s.name: s.k for s in config.systems}
-    else:
-        k = 8
-    weights: Any = agg.weights
-    if weights == "fixed":
-        weights = {d.name: d.weight for d in config.dimensions}
-    options = AggregateOptions(
-        k=k, trim=agg.trim, weights=weights, bounds_on=agg.bounds_on
+    options = config.aggregate.options(
+        system_k={s.name: s.k for s in config.systems},
+        dimension_weights={d.name: d.weight for d in config.dimensions},
     )
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from cube_ray._pydantic import StrictModel
 from cube_ray.errors import ConfigError
 
-__all__ = ["AggregateOptions", "WeightsError"]
+__all__ = ["AggregateOptions", "BoundsOptions", "WeightsError"]
 
 WeightsSpec = (
     Literal["pearson", "equal"] | dict[str, float] | dict[str, dict[str, float]]
@@ -29,25 +29,47 @@ class WeightsError(ConfigError):
         super().__init__(message)
 
 
-class AggregateOptions(StrictModel):
-    """How summary figures are computed (CUBE_METHOD.md sections 5 to 8)."""
+class BoundsOptions(StrictModel):
+    """Trimming, bounds and validity guards (CUBE_METHOD.md sections 7 and 10).
+
+    Declared once here and shared by :class:`AggregateOptions` and the run
+    config's ``aggregate`` section, which differ only in how ``k`` and
+    ``weights`` may be given.
+    """
+
+    trim: float = Field(default=0.1, ge=0.0, lt=0.5)
+    """Proportion cut from each end before averaging (``scipy.stats.trim_mean``)."""
+
+    bounds_on: Literal["all", "paired"] = "all"
+    """``all``: the zero/full bounds use every question; ``paired``: only the
+    questions the variant retrieved (rank >= 1)."""
+
+    min_gap: float = Field(default=0.5, ge=0.0, le=10.0)
+    """Smallest ``full - zero`` gap (points on the 0-10 scale) for a judge's
+    bounds to count as separated (section 10). The paper's weakest judge has a
+    weighted gap of 0.62."""
+
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """Largest one-sided Wilcoxon signed-rank p-value of ``full - zero > 0`` for
+    a judge's bounds to count as separated (section 10)."""
+
+    require_separation: bool = True
+    """Leave judges whose weighted bounds are not separated out of the
+    across-judge figures (the flags stay either way)."""
+
+
+class AggregateOptions(BoundsOptions):
+    """How summary figures are computed (CUBE_METHOD.md sections 5 to 8 and 10)."""
 
     k: int | dict[str, int] = 8
     """Retrieval depth for ``rank_score = k + 2 - rank``: one for every system
     variant, or one per variant name (e.g. ``{"rag@k4": 4, "rag@k8": 8}``)."""
-
-    trim: float = Field(default=0.1, ge=0.0, lt=0.5)
-    """Proportion cut from each end before averaging (``scipy.stats.trim_mean``)."""
 
     weights: WeightsSpec = "pearson"
     """``pearson`` (correlation with rank_score, per judge and variant), ``equal``,
     one ``{dimension: weight}`` map for every judge, or ``{judge: {dimension:
     weight}}``. Fixed weights are rescaled to sum to 1; dimensions left out
     weigh 0."""
-
-    bounds_on: Literal["all", "paired"] = "all"
-    """``all``: the zero/full bounds use every question; ``paired``: only the
-    questions the variant retrieved (rank >= 1)."""
 
     @field_validator("k")
     @classmethod

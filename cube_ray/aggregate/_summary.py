@@ -33,15 +33,39 @@ from cube_ray.aggregate._math import (
     trimmed_means,
 )
 from cube_ray.aggregate._options import AggregateOptions, WeightsError
+from cube_ray.aggregate._separation import (
+    DELTA,
+    JUDGE_SPAN,
+    NOT_SEPARATED,
+    PAIR_KEY,
+    QUESTION_SPAN,
+    PairCodes,
+    packed_key,
+    pair_codes,
+    paired_differences,
+    separated,
+    wilcoxon_greater,
+)
 from cube_ray.errors import ConfigError, InputError
 
-__all__ = ["DEGENERATE", "OUTSIDE", "WEIGHTED", "summarize"]
+__all__ = [
+    "DEGENERATE",
+    "NO_SEPARATED_JUDGE",
+    "OUTSIDE",
+    "UNAVAILABLE",
+    "WEIGHTED",
+    "summarize",
+]
 
 WEIGHTED = "weighted"
 """Figure name of the weighted total, beside the dimension names."""
 CUBE = "cube"
 DEGENERATE = "degenerate bounds"
 OUTSIDE = "outside bounds"
+UNAVAILABLE = "unavailable answers"
+"""Flag of a system (or bound) whose answer rows have a status other than ok."""
+NO_SEPARATED_JUDGE = "no judge separates the bounds"
+"""Reason of an across-judge figure left null because every judge was excluded."""
 MIN_SPAN = 1e-9
 
 _SET = "set"
@@ -194,10 +218,12 @@ class _Aggregation:
             for c in (*_ANSWER_COLUMNS, schema.RETRIEVED_DOC_IDS)
             if c in self.answers.columns
         ]
+        down = self._availability()
         rag = (
             self.answers.lazy()
-            .select(cols)
             .filter(pl.col(schema.SYSTEM).cast(pl.String).is_in(self.rag_systems))
+            .filter(~down)
+            .select(cols)
         )
         if schema.RETRIEVED_DOC_IDS not in self.answers.columns:
             self.notes.append(
@@ -248,6 +274,47 @@ class _Aggregation:
             )
         return ranked
 
+    def _availability(self) -> pl.Expr:
+        """Answer rows whose status says the system did not answer (section 10).
+
+        An outage is not a miss: such rows (and their scores) are left out of
+        recall@k, rank scores, weights and trimmed means, and counted per
+        system. A table without a ``status`` column has no outages; a null
+        status counts as answered.
+
+        Returns:
+            The expression that is true on unavailable answer rows.
+        """
+        if schema.STATUS not in self.answers.columns:
+            self.unavailable, self.answer_rows = {}, {}
+            self.unavailable_keys = None
+            return pl.lit(False)
+        status = pl.col(schema.STATUS).cast(pl.String)
+        down = status.is_not_null() & (status != schema.STATUS_OK)
+        per_system = (
+            self.answers.lazy()
+            .group_by(pl.col(schema.SYSTEM).cast(pl.String))
+            .agg(pl.len().alias(COUNT), down.sum().alias("down"))
+            .sort(schema.SYSTEM)
+            .collect()
+        )
+        self.answer_rows = dict(
+            zip(per_system[schema.SYSTEM], per_system[COUNT], strict=True)
+        )
+        self.unavailable = {
+            str(s): int(n)
+            for s, n in zip(per_system[schema.SYSTEM], per_system["down"], strict=True)
+        }
+        self.unavailable_keys = (
+            self.answers.lazy()
+            .filter(down)
+            .select(schema.QUESTION_ID, schema.SYSTEM)
+            .collect()
+            if any(self.unavailable.values())
+            else None
+        )
+        return down
+
     def _k(self) -> int | dict[str, int]:
         k = self.options.k
         if isinstance(k, int):
@@ -290,6 +357,15 @@ class _Aggregation:
         )
         if not has_status:
             sc = sc.with_columns(pl.lit("missing").alias(schema.STATUS))
+        if self.unavailable_keys is not None:
+            sc = sc.join(
+                self.unavailable_keys.lazy().select(
+                    pl.col(schema.QUESTION_ID).cast(sc_schema[schema.QUESTION_ID]),
+                    pl.col(schema.SYSTEM).cast(sc_schema[schema.SYSTEM]),
+                ),
+                on=[schema.QUESTION_ID, schema.SYSTEM],
+                how="anti",
+            )
         try:
             keys = (
                 ranked.lazy()
@@ -316,16 +392,16 @@ class _Aggregation:
         )
         bounds = sc.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS))
         bounds_by = by
-        if opts.bounds_on == "paired":
-            hits = (
-                keys.lazy()
-                .filter(pl.col(RANK_SCORE) > 0)
-                .select(
-                    pl.col(schema.QUESTION_ID),
-                    pl.col(schema.SYSTEM).cast(pl.String).alias(_VARIANT),
-                )
+        self.hits = (
+            keys.lazy()
+            .filter(pl.col(RANK_SCORE) > 0)
+            .select(
+                pl.col(schema.QUESTION_ID),
+                pl.col(schema.SYSTEM).cast(pl.String).alias(_VARIANT),
             )
-            bounds = bounds.join(hits, on=schema.QUESTION_ID, how="inner")
+        )
+        if opts.bounds_on == "paired":
+            bounds = bounds.join(self.hits, on=schema.QUESTION_ID, how="inner")
             bounds_by = [_VARIANT, *by]
         plans = {
             "stats": sc.group_by(by).agg(
@@ -333,6 +409,14 @@ class _Aggregation:
                 score.min().alias("min"),
                 score.max().alias("max"),
                 score.is_nan().any().alias("nan"),
+                *(
+                    [
+                        pl.col(schema.QUESTION_ID).min().alias("qid_min"),
+                        pl.col(schema.QUESTION_ID).max().alias("qid_max"),
+                    ]
+                    if sc_schema[schema.QUESTION_ID].is_integer()
+                    else []
+                ),
             ),
             "missing": sc.filter(score.is_null())
             .group_by([*by, schema.STATUS])
@@ -369,6 +453,7 @@ class _Aggregation:
             plans["rag_figures"] = rag_figures
             plans["tm_bounds"] = trimmed_means(bounds, by=bounds_by, trim=opts.trim)
         frames = pl.collect_all(list(plans.values()), engine=self.engine)
+        self.pair_codes = pair_codes(frames[0], sc_schema)
         self.frames: dict[str, pl.DataFrame] = {}
         for name, frame in zip(plans, frames, strict=True):
             self.frames[name] = frame.with_columns(
@@ -595,6 +680,196 @@ class _Aggregation:
             how="left",
         ).with_columns(pl.col(N).fill_null(0))
 
+    # --- bound separation (section 10) --------------------------------------
+    def _paired_histograms(
+        self, weights: pl.DataFrame
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Histograms of the paired differences ``full - zero``.
+
+        Per dimension: ``[variant,] judge, dimension, delta, count``; for the
+        weighted total (questions scored on every dimension of positive
+        weight): ``variant, judge, delta, count``. ``variant`` is there only
+        with ``bounds_on: paired`` for the per-dimension histogram (with
+        ``all`` every variant shares the same pairs).
+        """
+        sc_schema = self.sc.collect_schema()
+        judge_dim = [schema.JUDGE, schema.DIMENSION]
+        bounds = self.sc.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS))
+        if self.pair_codes is not None:
+            return self._packed_histograms(bounds, weights, self.pair_codes)
+        pairs = paired_differences(bounds, by=judge_dim, engine=self.engine).lazy()
+        variant: list[str] = []
+        if self.options.bounds_on == "paired":
+            pairs = pairs.join(self.hits, on=schema.QUESTION_ID, how="inner")
+            variant = [_VARIANT]
+        per_dim = pairs.group_by([*variant, *judge_dim, DELTA]).agg(
+            pl.len().alias(COUNT)
+        )
+        positive = weights.lazy().filter(pl.col(WEIGHT) > 0)
+        w = positive.select(
+            pl.col(schema.SYSTEM).alias(_VARIANT),
+            *(pl.col(c).cast(sc_schema[c]) for c in judge_dim),
+            pl.col(WEIGHT),
+        )
+        n_positive = w.group_by(_VARIANT, schema.JUDGE).agg(pl.len().alias("_dims"))
+        total = (
+            pairs.join(w, on=[*variant, *judge_dim], how="inner")
+            .group_by(_VARIANT, schema.JUDGE, schema.QUESTION_ID)
+            .agg((pl.col(WEIGHT) * pl.col(DELTA)).sum().alias(DELTA), pl.len())
+            .join(n_positive, on=[_VARIANT, schema.JUDGE], how="inner")
+            .filter(pl.col("len") == pl.col("_dims"))
+            # Sums of weighted differences in any order: round away the float
+            # noise so that equal totals tie (ranks only need the order).
+            .group_by(_VARIANT, schema.JUDGE, pl.col(DELTA).round(10))
+            .agg(pl.len().alias(COUNT))
+        )
+        frames = pl.collect_all([per_dim, total], engine=self.engine)
+        return tuple(  # type: ignore[return-value]
+            f.with_columns(
+                pl.col(c).cast(pl.String) for c in judge_dim if c in f.columns
+            )
+            for f in frames
+        )
+
+    def _packed_histograms(
+        self, bounds: pl.LazyFrame, weights: pl.DataFrame, codes: PairCodes
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """:meth:`_paired_histograms` on one packed integer key (fast path)."""
+        pairs = paired_differences(bounds, by=[packed_key()], engine=self.engine)
+        jd = pl.col(PAIR_KEY) // QUESTION_SPAN
+        question = pl.col(PAIR_KEY) % QUESTION_SPAN
+        variant: list[pl.Expr] = []
+        if self.options.bounds_on == "paired":
+            hits = self.hits.select(
+                pl.col(schema.QUESTION_ID).cast(pl.UInt64).alias("_q"), _VARIANT
+            )
+            pairs = (
+                pairs.lazy()
+                .with_columns(question.alias("_q"))
+                .join(hits, on="_q", how="inner")
+                .drop("_q")
+                .collect(engine=self.engine)
+            )
+            variant = [pl.col(_VARIANT)]
+        per_dim = (
+            pairs.lazy()
+            .group_by(*variant, jd.alias("_jd"), DELTA)
+            .agg(pl.len().alias(COUNT))
+            .collect()
+        )
+        per_dim = per_dim.with_columns(
+            codes.judge_of(pl.col("_jd")).alias(schema.JUDGE),
+            codes.dimension_of(pl.col("_jd")).alias(schema.DIMENSION),
+        ).drop("_jd")
+        totals = []
+        for system in self.rag_systems:
+            w = weights.filter((pl.col(schema.SYSTEM) == system) & (pl.col(WEIGHT) > 0))
+            by_code = {
+                codes.code(row[schema.JUDGE], row[schema.DIMENSION]): row[WEIGHT]
+                for row in w.iter_rows(named=True)
+            }
+            n_dims = w.group_by(schema.JUDGE).len()
+            n_by_judge = {
+                codes.judges[j]: n for j, n in n_dims.iter_rows() if j in codes.judges
+            }
+            rows = pairs.lazy()
+            if variant:
+                rows = rows.filter(pl.col(_VARIANT) == system)
+            total = (
+                rows.filter(jd.is_in(list(by_code)))
+                .select(
+                    (pl.col(PAIR_KEY) % JUDGE_SPAN).alias("_jq"),
+                    (
+                        jd.replace_strict(by_code, return_dtype=pl.Float64)
+                        * pl.col(DELTA)
+                    ).alias(DELTA),
+                )
+                .group_by("_jq")
+                .agg(pl.col(DELTA).sum(), pl.len())
+                .with_columns((pl.col("_jq") // QUESTION_SPAN).alias("_j"))
+                .filter(
+                    pl.col("len")
+                    == pl.col("_j").replace_strict(
+                        n_by_judge, default=-1, return_dtype=pl.Int64
+                    )
+                )
+                .group_by("_j", pl.col(DELTA).round(10))
+                .agg(pl.len().alias(COUNT))
+                .collect()
+            )
+            totals.append(
+                total.select(
+                    pl.lit(system).alias(_VARIANT),
+                    codes.judge_of(pl.col("_j")).alias(schema.JUDGE),
+                    DELTA,
+                    COUNT,
+                )
+            )
+        return per_dim, pl.concat(totals)
+
+    def _separation(
+        self, weights: pl.DataFrame, wide: pl.DataFrame
+    ) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """``(judge, system, figure) -> {gap, p_value, n_pairs, separated}``.
+
+        ``gap`` is the section 7 denominator ``full - zero`` of the trimmed
+        means (``wide``); the p-value is the one-sided Wilcoxon signed-rank test
+        of the paired differences.
+        """
+        per_dim, total = self._paired_histograms(weights)
+        tests: dict[tuple[str, str, str], tuple[float, int]] = {}
+
+        def test(frame: pl.DataFrame, keys: list[str]) -> dict[Any, tuple[float, int]]:
+            out: dict[Any, tuple[float, int]] = {}
+            for key, group in frame.partition_by(keys, as_dict=True).items():
+                counts = group.get_column(COUNT).to_numpy()
+                p = wilcoxon_greater(group.get_column(DELTA).to_numpy(), counts)
+                out[key] = (p, int(counts.sum()))
+            return out
+
+        if _VARIANT in per_dim.columns:
+            for (s, j, d), value in test(
+                per_dim, [_VARIANT, schema.JUDGE, schema.DIMENSION]
+            ).items():
+                tests[(str(j), str(s), str(d))] = value
+        else:
+            for (j, d), value in test(
+                per_dim, [schema.JUDGE, schema.DIMENSION]
+            ).items():
+                for s in self.rag_systems:
+                    tests[(str(j), s, str(d))] = value
+        for (s, j), value in test(total, [_VARIANT, schema.JUDGE]).items():
+            tests[(str(j), str(s), WEIGHTED)] = value
+
+        opts = self.options
+        result: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for row in wide.iter_rows(named=True):
+            key = (row[schema.JUDGE], row[schema.SYSTEM], row[_FIGURE])
+            z, f = row["zero"], row["full"]
+            gap = _finite(f - z) if z is not None and f is not None else None
+            p, n = tests.get(key, (1.0, 0))
+            result[key] = {
+                "gap": gap,
+                "p_value": p,
+                "n_pairs": n,
+                "separated": separated(gap, p, min_gap=opts.min_gap, alpha=opts.alpha),
+            }
+        return result
+
+    def _used_judges(
+        self, separation: Mapping[tuple[str, str, str], Mapping[str, Any]]
+    ) -> dict[str, list[str]]:
+        """Per system the judges whose figures enter ``across_judges``."""
+        return {
+            s: [
+                j
+                for j in self.judges
+                if not self.options.require_separation
+                or separation[(j, s, WEIGHTED)]["separated"]
+            ]
+            for s in self.rag_systems
+        }
+
     # --- assembly --------------------------------------------------------
     def run(self) -> dict[str, Any]:
         ranked = self._rag_answers()
@@ -602,7 +877,15 @@ class _Aggregation:
         self._check_scores()
         weights = self._weights()
         trimmed = self._trimmed()
-        recall = recall_at_k(ranked.with_columns(pl.col(schema.SYSTEM).cast(pl.String)))
+        recall = (
+            pl.DataFrame({schema.SYSTEM: self.rag_systems})
+            .join(
+                recall_at_k(ranked.with_columns(pl.col(schema.SYSTEM).cast(pl.String))),
+                on=schema.SYSTEM,
+                how="left",
+            )
+            .with_columns(pl.col(N_QUESTIONS, N_RETRIEVED).fill_null(0))
+        )
 
         jsd = [schema.JUDGE, schema.SYSTEM, _SET]
         w = weights.select(schema.JUDGE, schema.SYSTEM, schema.DIMENSION, WEIGHT)
@@ -657,8 +940,29 @@ class _Aggregation:
                 ),
             ]
         )
-        across = cross_judge(per_judge, by=[schema.SYSTEM, _FIGURE], value="normalized")
-        return self._assemble(weights, trimmed, figures, norm, cube, recall, across)
+        separation = self._separation(weights, wide)
+        used = self._used_judges(separation)
+        used_pairs = pl.DataFrame(
+            [(s, j) for s, judges in used.items() for j in judges],
+            schema={schema.SYSTEM: pl.String, schema.JUDGE: pl.String},
+            orient="row",
+        )
+        across = cross_judge(
+            per_judge.join(used_pairs, on=[schema.SYSTEM, schema.JUDGE], how="semi"),
+            by=[schema.SYSTEM, _FIGURE],
+            value="normalized",
+        )
+        return self._assemble(
+            weights,
+            trimmed,
+            figures,
+            norm,
+            cube,
+            recall,
+            across,
+            separation=separation,
+            used=used,
+        )
 
     def _assemble(
         self,
@@ -669,6 +973,9 @@ class _Aggregation:
         cube: pl.DataFrame,
         recall: pl.DataFrame,
         across: pl.DataFrame,
+        *,
+        separation: Mapping[tuple[str, str, str], dict[str, Any]],
+        used: Mapping[str, list[str]],
     ) -> dict[str, Any]:
         figure_names = [*self.dimensions, WEIGHTED]
         judges: dict[str, dict[str, Any]] = {}
@@ -689,6 +996,14 @@ class _Aggregation:
                 "recall_at_k": {},
                 "cube": {},
                 "missing": {},
+                "bound_separation": {
+                    s: {
+                        fig: separation[(j, s, fig)]
+                        for fig in figure_names
+                        if (j, s, fig) in separation
+                    }
+                    for s in self.rag_systems
+                },
             }
         method = (
             self.options.weights if isinstance(self.options.weights, str) else "fixed"
@@ -776,22 +1091,11 @@ class _Aggregation:
                 .setdefault(row[schema.DIMENSION], {})
             )[row[schema.STATUS]] = row[COUNT]
 
-        across_out: dict[str, dict[str, Any]] = {s: {} for s in self.rag_systems}
-        order = {name: i for i, name in enumerate([*figure_names, CUBE])}
-        for row in sorted(
-            across.iter_rows(named=True), key=lambda r: order[r[_FIGURE]]
-        ):
-            across_out[row[schema.SYSTEM]][row[_FIGURE]] = {
-                "mean": _finite(row[MEAN]),
-                "sd": _finite(row[SD]),
-                "n_judges": row[N],
-            }
+        self._separation_flags(separation)
+        across_out = self._across(across, separation, used, [*figure_names, CUBE])
         return {
             "parameters": {
-                "k": self.options.k,
-                "trim": self.options.trim,
-                "weights": self.options.weights,
-                "bounds_on": self.options.bounds_on,
+                **self.options.model_dump(mode="json"),
                 "min_span": MIN_SPAN,
             },
             "systems": list(self.rag_systems),
@@ -807,6 +1111,90 @@ class _Aggregation:
             ),
             "notes": self.notes,
         }
+
+    def _separation_flags(
+        self, separation: Mapping[tuple[str, str, str], Mapping[str, Any]]
+    ) -> None:
+        for (j, s, fig), test in separation.items():
+            if not test["separated"]:
+                self.flags.append(
+                    {
+                        "flag": NOT_SEPARATED,
+                        "judge": j,
+                        "system": s,
+                        "figure": f"bound_separation.{fig}",
+                        "gap": test["gap"],
+                        "p_value": test["p_value"],
+                    }
+                )
+        for system, n in self.unavailable.items():
+            if n:
+                self.flags.append(
+                    {
+                        "flag": UNAVAILABLE,
+                        "system": system,
+                        "count": n,
+                        "share": n / self.answer_rows[system],
+                    }
+                )
+
+    def _why_excluded(self, test: Mapping[str, Any]) -> str:
+        """Why a judge's bounds are not separated, in words."""
+        gap, p = test["gap"], test["p_value"]
+        opts = self.options
+        if gap is None:
+            return (
+                f"{NOT_SEPARATED}: its zero or full bound has no scores to compare,"
+                " so its scores cannot be placed between the bounds"
+            )
+        reasons = []
+        if gap < opts.min_gap:
+            reasons.append(
+                f"answers written with the gold document scored only {gap:.2f}"
+                f" points above answers written with no document (at least"
+                f" {opts.min_gap:g} needed)"
+            )
+        if p >= opts.alpha:
+            reasons.append(
+                f"the difference is not consistent across questions (Wilcoxon"
+                f" p = {p:.2g}, below {opts.alpha:g} needed, {test['n_pairs']}"
+                " questions)"
+            )
+        return f"{NOT_SEPARATED}: " + "; ".join(reasons)
+
+    def _across(
+        self,
+        across: pl.DataFrame,
+        separation: Mapping[tuple[str, str, str], Mapping[str, Any]],
+        used: Mapping[str, list[str]],
+        figures: Sequence[str],
+    ) -> dict[str, dict[str, Any]]:
+        """The ``across_judges`` block (section 10).
+
+        Per system: the judges used, those left out and why, and each figure's
+        mean, SD and number of judges.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for s in self.rag_systems:
+            judges = used[s]
+            out[s] = {
+                "judges": list(judges),
+                "excluded": {
+                    j: self._why_excluded(separation[(j, s, WEIGHTED)])
+                    for j in self.judges
+                    if j not in judges
+                },
+                "reason": None if judges else NO_SEPARATED_JUDGE,
+            }
+            for fig in figures:
+                out[s][fig] = {"mean": None, "sd": None, "n_judges": 0}
+        for row in across.iter_rows(named=True):
+            out[row[schema.SYSTEM]][row[_FIGURE]] = {
+                "mean": _finite(row[MEAN]),
+                "sd": _finite(row[SD]),
+                "n_judges": row[N],
+            }
+        return out
 
     def _counts(self, recall_map: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         rows_by_system = {
@@ -826,5 +1214,9 @@ class _Aggregation:
             "retrieved": {s: recall_map[s][N_RETRIEVED] for s in self.rag_systems},
             "questions_by_system": {
                 s: recall_map[s][N_QUESTIONS] for s in self.rag_systems
+            },
+            "unavailable": {
+                s: self.unavailable.get(s, 0)
+                for s in [*schema.BOUND_SYSTEMS, *self.rag_systems]
             },
         }

@@ -68,6 +68,28 @@ def register(subparsers: Any) -> None:
         "system retrieved (paired)",
     )
     parser.add_argument(
+        "--min-gap",
+        type=float,
+        default=0.5,
+        metavar="POINTS",
+        help="smallest full - zero gap (0-10 scale) for a judge's bounds to count"
+        " as separated (default 0.5; CUBE_METHOD.md section 10)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="largest one-sided Wilcoxon p-value of full > zero for separated"
+        " bounds (default 0.05)",
+    )
+    parser.add_argument(
+        "--no-require-separation",
+        dest="require_separation",
+        action="store_false",
+        help="keep judges whose bounds are not separated in the across-judge"
+        " figures (they stay flagged)",
+    )
+    parser.add_argument(
         "--out",
         metavar="FILE",
         help="output file (default RUN_DIR/summary.json, or stdout without RUN_DIR);"
@@ -149,6 +171,9 @@ def _options(args: argparse.Namespace, weights: Any) -> Any:
             trim=args.trim,
             weights=weights,
             bounds_on=args.bounds_on,
+            min_gap=args.min_gap,
+            alpha=args.alpha,
+            require_separation=args.require_separation,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -160,7 +185,8 @@ def _options(args: argparse.Namespace, weights: Any) -> Any:
                 '{"<judge>": {"<dimension>": w}} with numbers >= 0.',
                 path=args.weights,
             ) from None
-        flag = {"k": "--k", "trim": "--trim"}.get(where.split(".")[0], where)
+        field = where.split(".")[0]
+        flag = "--" + field.replace("_", "-") if field in vars(args) else where
         raise ConfigError(f"invalid {flag}: {message}") from None
 
 

@@ -1,22 +1,32 @@
 """Reading a judge score from text or from score-token log-probabilities.
 
 Pure functions shared by every backend (no engine imports), so the rules are
-the same whichever engine produced the output.
+the same whichever engine produced the output: both the vLLM and the HTTP
+engine turn first-token log-probabilities into an ``expected`` score with
+:func:`read_expected` and nothing else.
 
 How ``expected`` scores are read
 --------------------------------
 The score is decided by the **first generated token**. Under a choice
 constraint ("0".."10"), the first token's distribution is restricted to the
 first tokens of the eleven choices, so its log-probabilities are exactly the
-judge's belief over scores, except for one ambiguity: when the tokenizer writes
-"10" as "1" + "0" (Gemma, Qwen and most tokenizers that split digits), the first
-token "1" covers both 1 and 10. Its mass is then split with the conditional
-probability of "0" after "1" (``one_then_zero``), which the backend reads from
-the second generated step (or, for vLLM, a one-token follow-up request). Where
-the split is unknown it is attributed to 1 (documented bias; never silent 0).
-Probabilities are renormalised over the score tokens present, so a top-k list
-that lacks some of them, or an unconstrained model that puts mass on other
-tokens, still yields a score in [0, 10].
+judge's belief over scores. Without a constraint the model may put mass on
+other tokens ("Sure", "**"); the score tokens' share of the first token's
+probability is the **score mass**. Below ``min_score_mass`` the row gets the
+status ``low_score_mass`` and no score: a distribution renormalised from a
+small remainder says little about what the judge meant. Above it,
+probabilities are renormalised over the score tokens present.
+
+One ambiguity remains: when the tokenizer writes "10" as "1" + "0" (Gemma,
+Qwen and most tokenizers that split digits), the first token "1" covers both 1
+and 10. Its mass is then split with the conditional probability of "0" after
+"1" (``one_then_zero``, see :func:`zero_share`), which the backend reads from
+the second generated step or from a follow-up request. The split is needed
+only where it can matter: moving all of "1"'s share from 1 to 10 shifts the
+expected score by ``9 * share``; at most :data:`SPLIT_TOLERANCE` points, the
+mass counts as 1. Where it matters and the backend could not read the split,
+the row falls back to the greedy (argmax) score with the status
+``argmax_fallback``; it is never silently biased, and never 0.
 """
 
 from __future__ import annotations
@@ -24,15 +34,31 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from cube_ray.engines.base import SCORE_CHOICES
+from cube_ray.engines.base import (
+    SCORE_CHOICES,
+    STATUS_ARGMAX_FALLBACK,
+    STATUS_LOW_SCORE_MASS,
+    STATUS_NO_LOGPROBS,
+)
 
 __all__ = [
+    "SPLIT_TOLERANCE",
+    "ExpectedReading",
     "expected_value",
     "parse_score",
+    "read_expected",
     "score_distribution",
+    "score_mass",
+    "split_matters",
     "split_one_ten",
+    "zero_share",
 ]
+
+SPLIT_TOLERANCE = 0.05
+"""Largest shift of an expected score (points on 0..10) an unread "1"/"10"
+split may cause; above it the split must be read, or the row falls back."""
 
 _STRICT = re.compile(r"\s*(10|[0-9])\s*")
 _SCORES: dict[str, int] = {c: int(c) for c in SCORE_CHOICES}
@@ -50,6 +76,29 @@ def parse_score(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def score_mass(first_token_logprobs: Iterable[tuple[str, float]]) -> dict[int, float]:
+    """Probability of each score token at the first position, not renormalised.
+
+    Tokens are compared after stripping whitespace; duplicates (``"7"`` and
+    ``" 7"``) add up; non-score tokens, NaN and ``-inf`` are ignored.
+
+    >>> m = score_mass([("7", math.log(0.5)), (" 7", math.log(0.1)),
+    ...     ("Sure", math.log(0.3)), ("3", -math.inf)])
+    >>> {k: round(v, 3) for k, v in m.items()}
+    {7: 0.6}
+    """
+    mass: dict[int, float] = {}
+    for token, logprob in first_token_logprobs:
+        key = token.strip()
+        if key not in _SCORES or logprob is None or math.isnan(logprob):
+            continue
+        p = math.exp(logprob)
+        if p <= 0.0:
+            continue
+        mass[_SCORES[key]] = mass.get(_SCORES[key], 0.0) + p
+    return mass
+
+
 def score_distribution(
     first_token_logprobs: Iterable[tuple[str, float]],
     *,
@@ -60,9 +109,7 @@ def score_distribution(
 
     Args:
         first_token_logprobs: ``(decoded token, logprob)`` pairs of the first
-            generated position (top-k or constrained). Tokens are compared after
-            stripping whitespace; duplicates (``"7"`` and ``" 7"``) add up;
-            non-score tokens and ``-inf`` are ignored.
+            generated position (top-k or constrained); see :func:`score_mass`.
         ten_is_one_token: Whether "10" is a single token of this tokenizer; if
             not, the token "1" stands for both 1 and 10.
         one_then_zero: P("0" | first token "1"), to split the mass of "1" between
@@ -77,18 +124,13 @@ def score_distribution(
     >>> {k: round(v, 3) for k, v in sorted(d.items())}
     {1: 0.375, 3: 0.25, 10: 0.375}
     """
-    mass: dict[int, float] = {}
-    for token, logprob in first_token_logprobs:
-        key = token.strip()
-        if key not in _SCORES or logprob is None or math.isnan(logprob):
-            continue
-        p = math.exp(logprob)
-        if p <= 0.0:
-            continue
-        value = _SCORES[key]
-        mass[value] = mass.get(value, 0.0) + p
+    mass = score_mass(first_token_logprobs)
     if not ten_is_one_token and 1 in mass:
         mass = split_one_ten(mass, one_then_zero)
+    return _normalised(mass)
+
+
+def _normalised(mass: Mapping[int, float]) -> dict[int, float] | None:
     total = sum(mass.values())
     if total <= 0.0:
         return None
@@ -113,6 +155,52 @@ def split_one_ten(
     return out
 
 
+def split_matters(
+    mass: Mapping[int, float],
+    *,
+    ten_is_one_token: bool | None,
+    tolerance: float = SPLIT_TOLERANCE,
+) -> bool:
+    """Whether the "1"/"10" split can move the expected score beyond ``tolerance``.
+
+    Args:
+        mass: Score-token probabilities of the first position (:func:`score_mass`).
+        ten_is_one_token: Known tokenizer property, or ``None`` when unknown; a
+            "10" among the first position's tokens then proves it is one token.
+        tolerance: Points on the 0..10 scale.
+
+    >>> split_matters({7: 0.9, 1: 0.1}, ten_is_one_token=False)
+    True
+    >>> split_matters({7: 0.999, 1: 0.001}, ten_is_one_token=None)
+    False
+    >>> split_matters({7: 0.8, 1: 0.1, 10: 0.1}, ten_is_one_token=None)
+    False
+    """
+    if ten_is_one_token or (ten_is_one_token is None and 10 in mass):
+        return False
+    total = sum(mass.values())
+    return total > 0.0 and 9.0 * mass.get(1, 0.0) / total > tolerance
+
+
+def zero_share(step: Iterable[tuple[str, float]]) -> float:
+    """P("0") at the step after a first token "1": the split ``one_then_zero``.
+
+    The model's own conditional probability (not renormalised over the listed
+    alternatives, which may be a top-k cut); clamped to [0, 1].
+
+    >>> round(zero_share([("0", math.log(0.3)), ("<eos>", math.log(0.7))]), 3)
+    0.3
+    >>> zero_share([("<eos>", 0.0), ("0", -math.inf)])
+    0.0
+    """
+    p = sum(
+        math.exp(lp)
+        for token, lp in step
+        if token.strip() == "0" and lp is not None and not math.isnan(lp)
+    )
+    return min(max(p, 0.0), 1.0)
+
+
 def expected_value(distribution: Mapping[int, float]) -> float:
     """Probability-weighted mean score.
 
@@ -121,3 +209,90 @@ def expected_value(distribution: Mapping[int, float]) -> float:
     """
     total = sum(distribution.values())
     return sum(k * p for k, p in distribution.items()) / total
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedReading:
+    """An ``expected`` score, or why there is none, and the text to keep as raw."""
+
+    score: float | None
+    """Score in 0..10 (the greedy score for ``argmax_fallback``), else None."""
+    status: str
+    """``ok``, ``low_score_mass``, ``no_logprobs`` or ``argmax_fallback``."""
+    mass: float
+    """Probability mass on the score tokens at the first position."""
+    raw: str | None
+    """The generated text, with a bracketed note when the status is not ``ok``."""
+
+
+def read_expected(
+    first_token_logprobs: Iterable[tuple[str, float]],
+    *,
+    text: str | None,
+    ten_is_one_token: bool | None,
+    one_then_zero: float | None,
+    min_mass: float,
+) -> ExpectedReading:
+    """The ``expected`` score of one judge output; the one rule every engine uses.
+
+    Args:
+        first_token_logprobs: ``(token, logprob)`` pairs of the first position.
+        text: The generated text (its greedy score is the fallback; already
+            checked to be a valid score by the caller, or constrained).
+        ten_is_one_token: Tokenizer property; ``None`` if unknown (see
+            :func:`split_matters`).
+        one_then_zero: P("0" | "1") where the backend could read it, else None.
+        min_mass: Least score mass for a score (``min_score_mass``).
+
+    Returns:
+        ``ok`` with the rounded expected score; ``no_logprobs`` when no score
+        token has probability; ``low_score_mass`` below ``min_mass``;
+        ``argmax_fallback`` with the greedy score where an unread split matters.
+
+    >>> lp = math.log
+    >>> read_expected([("7", lp(.5)), ("8", lp(.3)), ("Sure", lp(.2))], text="7",
+    ...     ten_is_one_token=True, one_then_zero=None, min_mass=0.5).score
+    7.375
+    >>> r = read_expected([("7", lp(.2)), ("Sure", lp(.8))], text="7",
+    ...     ten_is_one_token=True, one_then_zero=None, min_mass=0.5)
+    >>> r.score, r.status, r.raw
+    (None, 'low_score_mass', '7 [score-token mass 0.2000 < min_score_mass 0.5]')
+    >>> first = [("9", lp(.6)), ("1", lp(.4))]
+    >>> read_expected(first, text="9", ten_is_one_token=False,
+    ...     one_then_zero=0.5, min_mass=0.5).score
+    7.6
+    >>> r = read_expected(first, text="9", ten_is_one_token=False,
+    ...     one_then_zero=None, min_mass=0.5)
+    >>> r.score, r.status
+    (9.0, 'argmax_fallback')
+    """
+    mass = score_mass(first_token_logprobs)
+    total = sum(mass.values())
+    if total <= 0.0:
+        return ExpectedReading(
+            None, STATUS_NO_LOGPROBS, 0.0, _note(text, "no score token has logprobs")
+        )
+    if total < min_mass:
+        note = f"score-token mass {total:.4f} < min_score_mass {min_mass:g}"
+        return ExpectedReading(None, STATUS_LOW_SCORE_MASS, total, _note(text, note))
+    ten_single = ten_is_one_token if ten_is_one_token is not None else 10 in mass
+    if not ten_single and 1 in mass:
+        if one_then_zero is None and split_matters(
+            mass, ten_is_one_token=ten_is_one_token
+        ):
+            share = mass[1] / total
+            note = (
+                f'P("1")={share:.4f} is 1 or 10 and the split could not be read '
+                f"(moves the expected score by up to {9 * share:.2f}); argmax used"
+            )
+            greedy = parse_score(text)
+            status = STATUS_ARGMAX_FALLBACK if greedy is not None else "parse_error"
+            return ExpectedReading(greedy, status, total, _note(text, note))
+        mass = split_one_ten(mass, one_then_zero)
+    dist = _normalised(mass)
+    assert dist is not None  # total > 0 and the split keeps the mass
+    return ExpectedReading(round(expected_value(dist), 6), "ok", total, text)
+
+
+def _note(text: str | None, note: str) -> str:
+    return f"{text} [{note}]" if text else f"[{note}]"

@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "SCORED_STATUSES",
     "SCORE_CHOICES",
+    "STATUS_ARGMAX_FALLBACK",
+    "STATUS_LOW_SCORE_MASS",
+    "STATUS_NO_LOGPROBS",
     "Engine",
     "Generation",
     "SamplingParams",
@@ -28,6 +32,17 @@ __all__ = [
 
 SCORE_CHOICES: tuple[str, ...] = tuple(str(i) for i in range(11))
 """The only valid judge outputs: the integers 0..10 as text."""
+
+STATUS_LOW_SCORE_MASS = "low_score_mass"
+"""``expected`` mode: the score tokens hold less than ``min_score_mass`` of the
+first token's probability; no score (raw: the text and the mass)."""
+STATUS_NO_LOGPROBS = "no_logprobs"
+"""``expected`` mode: no score token came back with a log-probability."""
+STATUS_ARGMAX_FALLBACK = "argmax_fallback"
+"""``expected`` mode: the "1"/"10" split mattered and could not be read; the
+score is the greedy (argmax) one, kept, and the raw text says why."""
+SCORED_STATUSES: frozenset[str] = frozenset({"ok", STATUS_ARGMAX_FALLBACK})
+"""Statuses whose score is kept in the scores table; every other is null."""
 
 ScoreMode = Literal["argmax", "expected"]
 """``argmax``: the most likely score token; ``expected``: probability-weighted

@@ -78,6 +78,12 @@ class _EngineBase(StrictModel):
     score_mode: Literal["argmax", "expected"] = "argmax"
     """How a judge score is read: the most likely of "0".."10", or the
     probability-weighted mean over those 11 tokens (needs logprobs)."""
+    min_score_mass: float = Field(default=0.5, ge=0, le=1)
+    """``expected`` mode: the least share of the first token's probability that
+    the score tokens "0".."10" must hold. Below it the row gets the status
+    ``low_score_mass``, no score, and the mass in its raw text (a judge that
+    mostly wanted to write something else has not given a score). Constrained
+    engines (vLLM, ``guided_choice``) put all the mass on score tokens."""
     sampling: SamplingConfig = SamplingConfig()
     """Sampling settings for generation."""
     pool: PoolConfig = PoolConfig()
@@ -175,6 +181,12 @@ class OpenAIHttpEngineConfig(_EngineBase):
     """Ask for top logprobs (needed by ``score_mode: expected``)."""
     top_logprobs: int = Field(default=20, ge=1, le=20)
     """Alternatives per position when ``logprobs`` is on (OpenAI allows 20)."""
+    ten_is_one_token: bool | None = None
+    """Whether the served model's tokenizer writes "10" as one token (OpenAI's
+    do; Qwen's, Gemma's and other digit-splitting ones do not). ``None``: a
+    "10" among a row's first-position alternatives proves it; otherwise the
+    first token "1" may stand for 1 or 10, and ``expected`` mode reads the
+    split (see docs/engines.md)."""
     score_max_tokens: int = Field(default=8, ge=1)
     """``max_tokens`` of a score request (the answer is one integer)."""
     parse_retries: int = Field(default=2, ge=0)

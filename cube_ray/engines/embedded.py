@@ -189,6 +189,7 @@ class EmbeddedEngine:
             enable_prefix_caching=True,
             prompt_format=prompt_format,
             score_mode=config.score_mode,
+            min_score_mass=config.min_score_mass,
             sampling=config.sampling,
             env=CPU_ENV,
         )

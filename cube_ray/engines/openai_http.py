@@ -17,7 +17,11 @@ Failure handling, per request:
   ``connect_error``, ``malformed_response``) with a short raw text;
 * an unconstrained score that is not exactly one integer 0..10 is asked again
   with a reminder, ``parse_retries`` times, then stored as ``parse_error`` with
-  the raw text (never 0).
+  the raw text (never 0);
+* ``expected`` scores follow :func:`~cube_ray.engines._scoring.read_expected`
+  (``low_score_mass`` below ``min_score_mass``); the "1"/"10" split is read
+  from the next step or one follow-up request where the endpoint allows it,
+  else the row is ``argmax_fallback`` (see :meth:`OpenAIHttpEngine._expected`).
 
 The API key is read from the environment variable named by ``api_key_env`` and
 only ever placed in the ``Authorization`` header: it is redacted from every raw
@@ -31,7 +35,6 @@ import contextlib
 import email.utils
 import json
 import logging
-import math
 import random
 import threading
 import time
@@ -39,7 +42,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cube_ray.engines._scoring import expected_value, parse_score, score_distribution
+from cube_ray.engines._scoring import (
+    parse_score,
+    read_expected,
+    score_mass,
+    split_matters,
+    zero_share,
+)
 from cube_ray.engines.base import (
     SCORE_CHOICES,
     Generation,
@@ -93,9 +102,84 @@ class _Reply:
     status: str = "ok"
     detail: str | None = None
     top_logprobs: list[list[tuple[str, float]]] | None = None
+    """Per generated position, the ``(token, logprob)`` alternatives."""
+    tokens: list[str] | None = None
+    """Per generated position, the token the model chose."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_s: float = 0.0
+
+
+@dataclass
+class _SplitRead:
+    """What one valid score reply says about its score position and "1"/"10"."""
+
+    first: list[tuple[str, float]]
+    """Alternatives at the score position (the first non-blank token)."""
+    chosen: str
+    """The token chosen there, stripped."""
+    one_token: str
+    """The most likely alternative there that is "1" (with its spacing), or ""."""
+    ten_is_one_token: bool | None
+    """Known or learnt from this reply; None if unknown."""
+    one_then_zero: float | None = None
+    """P("0" | "1"), where read."""
+
+    @classmethod
+    def of(cls, reply: _Reply, *, ten_is_one_token: bool | None) -> _SplitRead | None:
+        """None unless the reply is ``ok`` and its text a valid score."""
+        if reply.status != "ok" or parse_score(reply.text) is None:
+            return None
+        steps = reply.top_logprobs or []
+        tokens = reply.tokens or []
+        # Leading whitespace tokens ("\n7") do not hold the score.
+        pos = next((i for i, t in enumerate(tokens) if t.strip()), 0)
+        first = steps[pos] if pos < len(steps) else []
+        chosen = tokens[pos].strip() if pos < len(tokens) else ""
+        ones = [(lp, t) for t, lp in first if t.strip() == "1"]
+        read = cls(
+            first,
+            chosen,
+            max(ones)[1] if ones else "",
+            ten_is_one_token,
+        )
+        if read.ten_is_one_token is None:
+            if chosen == "10":
+                read.ten_is_one_token = True
+            elif chosen == "1" and (reply.text or "").strip() == "10":
+                read.ten_is_one_token = False
+        if chosen == "1" and pos + 1 < len(steps):
+            read.one_then_zero = zero_share(steps[pos + 1])
+        return read
+
+    def needs_split(self) -> bool:
+        """Whether P("0" | "1") is unread and can move the score noticeably."""
+        return self.one_then_zero is None and split_matters(
+            score_mass(self.first), ten_is_one_token=self.ten_is_one_token
+        )
+
+    def add_follow_up(self, again: _Reply, *, constrained: bool) -> None:
+        """Read the split from a follow-up reply (see ``_expected``)."""
+        if again.status != "ok" or not again.top_logprobs:
+            return
+        if not constrained:  # the prompt already ends with "1"
+            self.one_then_zero = zero_share(again.top_logprobs[0])
+            return
+        chosen = (again.tokens or [""])[0].strip()
+        if chosen == "10":
+            self.ten_is_one_token = True
+        elif chosen == "1" and len(again.top_logprobs) >= 2:
+            self.one_then_zero = zero_share(again.top_logprobs[1])
+
+
+def _choices(choices: Sequence[str]) -> dict[str, Any]:
+    """Body keys that constrain the output to ``choices`` on vLLM servers."""
+    # Old vLLM servers read guided_choice, new ones structured_outputs; each
+    # ignores the other key.
+    return {
+        "guided_choice": list(choices),
+        "structured_outputs": {"choice": list(choices)},
+    }
 
 
 class _Fatal(Exception):
@@ -232,19 +316,14 @@ class OpenAIHttpEngine:
             "temperature": 0.0,
         }
         if cfg.guided_choice:
-            choices = list(SCORE_CHOICES)
-            # Old vLLM servers read guided_choice, new ones structured_outputs;
-            # each ignores the other key.
-            body["guided_choice"] = choices
-            body["structured_outputs"] = {"choice": choices}
+            body.update(_choices(SCORE_CHOICES))
         if mode == "expected":
-            if cfg.api == "chat":
-                body["logprobs"] = True
-                body["top_logprobs"] = cfg.top_logprobs
-            else:
-                body["logprobs"] = cfg.top_logprobs
+            body.update(self._logprobs_body())
         replies = self._batch(prompts, body, score=True)
-        out = [self._to_score(reply, mode) for reply in replies]
+        if mode == "expected":
+            out = self._expected(prompts, body, replies)
+        else:
+            out = [self._argmax(reply) for reply in replies]
         self._count([r.status for r in out])
         return out
 
@@ -254,39 +333,95 @@ class OpenAIHttpEngine:
 
     # -- internals ----------------------------------------------------------
 
-    def _to_score(self, reply: _Reply, mode: ScoreMode) -> ScoreResult:
-        common: dict[str, Any] = {
+    def _logprobs_body(self) -> dict[str, Any]:
+        cfg = self.config
+        if cfg.api == "chat":
+            return {"logprobs": True, "top_logprobs": cfg.top_logprobs}
+        return {"logprobs": cfg.top_logprobs}
+
+    @staticmethod
+    def _common(reply: _Reply) -> dict[str, Any]:
+        return {
             "raw": reply.text if reply.status == "ok" else reply.detail,
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
             "latency_s": reply.latency_s,
         }
+
+    def _argmax(self, reply: _Reply) -> ScoreResult:
+        common = self._common(reply)
         if reply.status != "ok":
             return ScoreResult(None, status=reply.status, **common)
         value = parse_score(reply.text)
-        if value is None:
-            # Also in expected mode: if the text is not a score, the first
-            # token's logprobs are not a distribution over scores.
-            return ScoreResult(None, status="parse_error", **common)
-        if mode == "expected" and reply.top_logprobs:
-            first = reply.top_logprobs[0]
-            split = None
-            text = (reply.text or "").strip()
-            if text.startswith("1") and len(reply.top_logprobs) >= 2:
-                second = reply.top_logprobs[1]
-                total = sum(_exp(lp) for _, lp in second)
-                zero = sum(_exp(lp) for t, lp in second if t.strip() == "0")
-                split = zero / total if total > 0 else None
-            ten_single = any(t.strip() == "10" for t, _ in first)
-            dist = score_distribution(
-                first, ten_is_one_token=ten_single, one_then_zero=split
-            )
-            if dist is not None:
-                return ScoreResult(round(expected_value(dist), 6), **common)
-        if mode == "expected":
-            # The text is a valid score but no score token had logprobs.
-            return ScoreResult(None, status="no_logprobs", **common)
-        return ScoreResult(value, **common)
+        status = "ok" if value is not None else "parse_error"
+        return ScoreResult(value, status=status, **common)
+
+    def _expected(
+        self, prompts: Sequence[str], body: dict[str, Any], replies: list[_Reply]
+    ) -> list[ScoreResult]:
+        """Expected scores; reads the "1"/"10" split where it matters.
+
+        The split P("0" | "1") comes from the reply's next step when the model
+        wrote "1" first; else, where it could move the score by more than
+        ``SPLIT_TOLERANCE``, from one follow-up request: constrained to ("1",
+        "10") with ``guided_choice`` (which forces "1" first, as the vLLM
+        engine does), or the prompt plus "1" on the completions API. A chat
+        endpoint without a constraint cannot be made to continue after "1", so
+        there the row falls back to argmax (``argmax_fallback``).
+        """
+        cfg = self.config
+        reads = [
+            _SplitRead.of(r, ten_is_one_token=cfg.ten_is_one_token) for r in replies
+        ]
+        follow = [
+            (j, read)
+            for j, read in enumerate(reads)
+            if read is not None and self._can_follow(read) and read.needs_split()
+        ]
+        if follow:
+            follow_body: dict[str, Any]
+            if cfg.guided_choice:
+                follow_body = {**body, **_choices(("1", "10"))}
+                follow_prompts = [prompts[j] for j, _ in follow]
+            else:  # completions: continue the prompt after the token "1"
+                follow_body = {"max_tokens": 1, "temperature": 0.0}
+                follow_body.update(self._logprobs_body())
+                follow_prompts = [prompts[j] + read.one_token for j, read in follow]
+            extra = self._batch(follow_prompts, follow_body, score=False)
+            for (j, pending), again in zip(follow, extra, strict=True):
+                pending.add_follow_up(again, constrained=cfg.guided_choice)
+                first = replies[j]
+                first.prompt_tokens = _add(first.prompt_tokens, again.prompt_tokens)
+                first.completion_tokens = _add(
+                    first.completion_tokens, again.completion_tokens
+                )
+        out = []
+        for reply, read in zip(replies, reads, strict=True):
+            common = self._common(reply)
+            if reply.status != "ok":
+                out.append(ScoreResult(None, status=reply.status, **common))
+            elif read is None:
+                # The text is not a score, so the first token's logprobs are
+                # not a distribution over scores either.
+                out.append(ScoreResult(None, status="parse_error", **common))
+            else:
+                got = read_expected(
+                    read.first,
+                    text=reply.text,
+                    ten_is_one_token=read.ten_is_one_token,
+                    one_then_zero=read.one_then_zero,
+                    min_mass=cfg.min_score_mass,
+                )
+                common["raw"] = got.raw
+                out.append(ScoreResult(got.score, status=got.status, **common))
+        return out
+
+    def _can_follow(self, read: _SplitRead) -> bool:
+        if self.config.guided_choice:
+            # Constrained to ("1", "10") the model writes "1" first: nothing new
+            # if it already did.
+            return read.chosen != "1"
+        return self.config.api == "completions" and bool(read.one_token)
 
     def _count(self, statuses: Sequence[str]) -> None:
         with self._usage_lock:
@@ -477,9 +612,11 @@ class OpenAIHttpEngine:
                 detail=self._redact(f"{type(exc).__name__}: {text}"),
             )
         usage = data.get("usage") or {}
+        steps, tokens = self._logprobs(choice.get("logprobs"))
         reply = _Reply(
             content,
-            top_logprobs=self._logprobs(choice.get("logprobs")),
+            top_logprobs=steps,
+            tokens=tokens,
             prompt_tokens=_int(usage.get("prompt_tokens")),
             completion_tokens=_int(usage.get("completion_tokens")),
         )
@@ -488,11 +625,15 @@ class OpenAIHttpEngine:
             self.usage.completion_tokens += reply.completion_tokens or 0
         return reply
 
-    def _logprobs(self, block: Any) -> list[list[tuple[str, float]]] | None:
-        """Per generated position, the ``(token, logprob)`` alternatives."""
+    @staticmethod
+    def _logprobs(
+        block: Any,
+    ) -> tuple[list[list[tuple[str, float]]] | None, list[str] | None]:
+        """Per generated position, the alternatives and the chosen token."""
         if not isinstance(block, dict):
-            return None
+            return None, None
         steps: list[list[tuple[str, float]]] = []
+        tokens: list[str] = []
         try:
             if isinstance(block.get("content"), list):  # chat API
                 for pos in block["content"]:
@@ -502,12 +643,18 @@ class OpenAIHttpEngine:
                     ]
                     alts.append((str(pos["token"]), float(pos["logprob"])))
                     steps.append(alts)
+                    tokens.append(str(pos["token"]))
             elif isinstance(block.get("top_logprobs"), list):  # completions API
-                for pos in block["top_logprobs"]:
+                chosen = block.get("tokens") or []
+                for i, pos in enumerate(block["top_logprobs"]):
                     steps.append([(str(t), float(lp)) for t, lp in (pos or {}).items()])
+                    if i < len(chosen):
+                        tokens.append(str(chosen[i]))
         except (KeyError, TypeError, ValueError):
-            return None
-        return [_dedupe(s) for s in steps] or None
+            return None, None
+        if len(tokens) != len(steps):
+            tokens = []  # positions unknown: the score is read at the first
+        return [_dedupe(s) for s in steps] or None, tokens or None
 
 
 def _dedupe(alts: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -516,10 +663,6 @@ def _dedupe(alts: list[tuple[str, float]]) -> list[tuple[str, float]]:
     for token, lp in alts:
         seen.setdefault(token, lp)
     return list(seen.items())
-
-
-def _exp(logprob: float) -> float:
-    return math.exp(logprob) if logprob > -math.inf else 0.0
 
 
 def _int(value: Any) -> int | None:

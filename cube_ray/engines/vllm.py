@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,9 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cube_ray.engines._scoring import (
-    expected_value,
     parse_score,
+    read_expected,
     score_distribution,
+    score_mass,
+    split_matters,
+    zero_share,
 )
 from cube_ray.engines.base import (
     SCORE_CHOICES,
@@ -92,6 +94,8 @@ class VllmEngine:
             tokenizer has a chat template).
         ensure_bos: Prepend the BOS token to completion prompts that lack it
             (base models such as Gemma need it).
+        min_score_mass: ``expected`` mode: least probability on the score
+            tokens (``min_score_mass`` of the config).
     """
 
     def __init__(
@@ -101,8 +105,10 @@ class VllmEngine:
         name: str,
         prompt_format: str = "auto",
         ensure_bos: bool = False,
+        min_score_mass: float = 0.5,
     ) -> None:
         self.name = name
+        self.min_score_mass = min_score_mass
         self._llm: Any = llm
         self._tokenizer: Any = llm.get_tokenizer()
         has_template = bool(getattr(self._tokenizer, "chat_template", None))
@@ -149,7 +155,11 @@ class VllmEngine:
             llm = vllm.LLM(**kwargs)
         name = config.served_name or Path(config.model.rstrip("/")).name
         return cls(
-            llm, name=name, prompt_format=config.prompt_format, ensure_bos=ensure_bos
+            llm,
+            name=name,
+            prompt_format=config.prompt_format,
+            ensure_bos=ensure_bos,
+            min_score_mass=config.min_score_mass,
         )
 
     # -- prompts ------------------------------------------------------------
@@ -242,9 +252,10 @@ class VllmEngine:
 
         ``argmax`` is the most likely score: the constrained greedy text where
         "10" is one token, else the mode of the split distribution (``raw``
-        keeps the greedy text). Per-row problems become statuses
-        (``prompt_too_long``, ``parse_error``, ``no_logprobs``) with the raw
-        text; never a 0.
+        keeps the greedy text). ``expected`` follows
+        :func:`~cube_ray.engines._scoring.read_expected`. Per-row problems
+        become statuses (``prompt_too_long``, ``parse_error``, ``no_logprobs``,
+        ``low_score_mass``, ``argmax_fallback``) with the raw text; never a 0.
         """
         start = time.perf_counter()
         # With a one-token "10", the constrained greedy text is the argmax of
@@ -283,6 +294,17 @@ class VllmEngine:
                 results[i] = ScoreResult(value, status=status, **common)
                 continue
             first = _first_logprobs(completion)
+            if mode == "expected":
+                got = read_expected(
+                    first,
+                    text=text,
+                    ten_is_one_token=self.ten_is_one_token,
+                    one_then_zero=splits.get(j),
+                    min_mass=self.min_score_mass,
+                )
+                common["raw"] = got.raw
+                results[i] = ScoreResult(got.score, status=got.status, **common)
+                continue
             dist = (
                 score_distribution(
                     first,
@@ -292,23 +314,19 @@ class VllmEngine:
                 if first
                 else None
             )
-            if dist is None and mode == "argmax":
+            if dist is None:
                 value = parse_score(text)
                 status = "ok" if value is not None else "parse_error"
                 results[i] = ScoreResult(value, status=status, **common)
-            elif dist is None:
-                results[i] = ScoreResult(None, status="no_logprobs", **common)
-            elif mode == "argmax":
+            else:
                 best = max(dist, key=lambda k: (dist[k], -k))
                 results[i] = ScoreResult(float(best), **common)
-            else:
-                results[i] = ScoreResult(round(expected_value(dist), 6), **common)
         return [r for r in results if r is not None]
 
     def _one_ten_splits(
         self, ids_todo: Sequence[list[int]], outputs: Sequence[Any]
     ) -> dict[int, float]:
-        """P("0" | "1") per row, where "10" is two tokens and "1" has mass.
+        """P("0" | "1") per row, where "10" is two tokens and the split matters.
 
         Rows that generated "1" first already hold the second step; the others
         get a follow-up request constrained to ("1", "10"), which forces "1" and
@@ -321,11 +339,11 @@ class VllmEngine:
         for j, out in enumerate(outputs):
             completion = out.outputs[0]
             lps = completion.logprobs or []
-            first = dict(_first_logprobs(completion))
-            if not any(t.strip() == "1" and lp > -math.inf for t, lp in first.items()):
+            mass = score_mass(_first_logprobs(completion))
+            if not split_matters(mass, ten_is_one_token=False):
                 continue
             if completion.text.startswith("1") and len(lps) >= 2:
-                splits[j] = _zero_share(lps[1])
+                splits[j] = zero_share(_pairs(lps[1]))
             else:
                 follow.append(j)
         if follow:
@@ -334,7 +352,7 @@ class VllmEngine:
             for j, out in zip(follow, extra, strict=True):
                 lps = out.outputs[0].logprobs or []
                 if len(lps) >= 2:
-                    splits[j] = _zero_share(lps[1])
+                    splits[j] = zero_share(_pairs(lps[1]))
         return splits
 
     def close(self) -> None:
@@ -350,25 +368,15 @@ class VllmEngine:
         gc.collect()
 
 
-def _first_logprobs(completion: Any) -> list[tuple[str, float]]:
-    lps = completion.logprobs or []
-    if not lps:
-        return []
+def _pairs(step: Mapping[int, Any]) -> list[tuple[str, float]]:
+    """``(decoded token, logprob)`` of one step's vLLM ``Logprob`` entries."""
     return [
-        (lp.decoded_token or "", float(lp.logprob))
-        for lp in lps[0].values()
+        (lp.decoded_token, float(lp.logprob))
+        for lp in step.values()
         if lp.decoded_token is not None
     ]
 
 
-def _zero_share(step: Mapping[int, Any]) -> float:
-    """P("0") among the finite entries of one step (the grammar masks the rest)."""
-    finite = [
-        (lp.decoded_token or "", math.exp(lp.logprob))
-        for lp in step.values()
-        if lp.logprob > -math.inf
-    ]
-    total = sum(p for _, p in finite)
-    if total <= 0:
-        return 0.0
-    return sum(p for t, p in finite if t.strip() == "0") / total
+def _first_logprobs(completion: Any) -> list[tuple[str, float]]:
+    lps = completion.logprobs or []
+    return _pairs(lps[0]) if lps else []

@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.engines.base import ScoreResult
+from cube_ray.engines.base import SCORED_STATUSES, ScoreResult
 from cube_ray.engines.registry import build_engine
 from cube_ray.prompts import render_judge
 from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
@@ -114,7 +114,7 @@ class JudgeStage(Stage):
             schema.JUDGE: [self._judge] * len(rows),
             schema.DIMENSION: [r[schema.DIMENSION] for r in rows],
             schema.SCORE: [
-                res.score if res.status == schema.STATUS_OK else None for res in results
+                res.score if res.status in SCORED_STATUSES else None for res in results
             ],
             schema.STATUS: [res.status for res in results],
             schema.RAW: [res.raw for res in results],

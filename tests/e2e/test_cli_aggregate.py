@@ -67,6 +67,9 @@ def test_run_dir_writes_summary(run_dir: Path) -> None:
         "weights": "pearson",
         "bounds_on": "all",
         "min_span": 1e-9,
+        "min_gap": 0.5,
+        "alpha": 0.05,
+        "require_separation": True,
     }
     assert not list(run_dir.glob(".summary.json.*"))  # no temp file left
 
@@ -192,4 +195,29 @@ def test_usage_errors(run_dir: Path) -> None:
     bad(cube_ray("aggregate", run_dir, "--k", "eight"), "--k")
     bad(cube_ray("aggregate", run_dir, "--k", "3"), "outside 0..k (k=3)", "answers")
     bad(cube_ray("aggregate", run_dir / "missing"), "no such file or directory")
+    bad(cube_ray("aggregate", run_dir, "--alpha", "0"), "--alpha")
+    bad(cube_ray("aggregate", run_dir, "--min-gap", "-1"), "--min-gap")
     assert not (run_dir / "summary.json").exists()
+
+
+def test_separation_options(run_dir: Path, tmp_path: Path) -> None:
+    # The worked example's judges have weighted gaps of 2.58-2.68 points: a
+    # required gap of 3 leaves every judge out of the headline.
+    strict, loose = tmp_path / "strict.json", tmp_path / "loose.json"
+    result = cube_ray("aggregate", run_dir, "--min-gap", "3", "--out", strict)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(strict.read_text())
+    across = summary["across_judges"]["rag@bm25"]
+    assert across["judges"] == []
+    assert across["reason"] == "no judge separates the bounds"
+    assert across["cube"]["mean"] is None
+    assert summary["parameters"]["min_gap"] == 3.0
+    result = cube_ray(
+        "aggregate", run_dir, "--min-gap", "3", "--no-require-separation",
+        "--alpha", "0.01", "--out", loose,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(loose.read_text())
+    assert summary["across_judges"]["rag@bm25"]["cube"]["n_judges"] == 3
+    assert summary["parameters"]["require_separation"] is False
+    assert summary["parameters"]["alpha"] == 0.01

@@ -76,6 +76,42 @@ def _chat_logprobs(dist: dict[str, float]) -> dict[str, Any]:
     }
 
 
+Step = tuple[str, dict[str, float]]
+"""One generated position: the chosen token and its top alternatives."""
+
+
+def _steps_logprobs(body: dict[str, Any], steps: list[Step]) -> dict[str, Any]:
+    """The ``logprobs`` block of a chat or completions reply, as servers send it."""
+    if "messages" in body:
+        return {
+            "content": [
+                {
+                    "token": chosen,
+                    "logprob": math.log(alts[chosen]),
+                    "top_logprobs": [
+                        {"token": t, "logprob": math.log(p)} for t, p in alts.items()
+                    ],
+                }
+                for chosen, alts in steps
+            ]
+        }
+    return {
+        "tokens": [chosen for chosen, _ in steps],
+        "token_logprobs": [math.log(alts[chosen]) for chosen, alts in steps],
+        "top_logprobs": [
+            {t: math.log(p) for t, p in alts.items()} for _, alts in steps
+        ],
+    }
+
+
+EOS = "<|im_end|>"
+"""A server that splits "10" lists its end token among the alternatives."""
+ONE_TEN_FOLLOW_UP: list[Step] = [("1", {"1": 1.0}), ("0", {"0": 0.6, EOS: 0.4})]
+"""Reply to a request constrained to ("1", "10"): P("0" | "1") = 0.6."""
+EXPECTED_ONE9 = 9 * 0.6 + 1 * 0.4 * 0.4 + 10 * 0.4 * 0.6
+"""The judge of ``one9`` (P(9) = 0.6, P(first "1") = 0.4) with that split."""
+
+
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -158,6 +194,42 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             elif kind == "logprobs":
                 dist = {"7": 0.5, "8": 0.3, "6": 0.15, "Sure": 0.05}
                 self._send(200, _completion(body, "7", _chat_logprobs(dist)), {})
+            elif kind == "lowmass":
+                # Greedy "7", but most of the mass is on words, not scores.
+                alts = {"7": 0.25, "8": 0.05, "Sure": 0.2, "I": 0.2, "The": 0.2}
+                steps: list[Step] = [("7", alts)]
+                self._send(
+                    200, _completion(body, "7", _steps_logprobs(body, steps)), {}
+                )
+            elif kind == "split10":
+                # "10" written as "1" + "0"; the next step holds P("0" | "1").
+                steps = [("1", {"1": 0.6, "9": 0.4}), ("0", {"0": 0.75, EOS: 0.25})]
+                self._send(
+                    200, _completion(body, "10", _steps_logprobs(body, steps)), {}
+                )
+            elif kind == "one9":
+                if body.get("guided_choice") == ["1", "10"]:
+                    steps = ONE_TEN_FOLLOW_UP
+                    text = "10"
+                elif str(body.get("prompt", "")).endswith("]]1"):
+                    steps = [("0", {"0": 0.6, "\n": 0.3, EOS: 0.1})]
+                    text = "0"
+                else:
+                    steps = [("9", {"9": 0.6, "1": 0.4})]
+                    text = "9"
+                self._send(
+                    200, _completion(body, text, _steps_logprobs(body, steps)), {}
+                )
+            elif kind == "tiny1":
+                steps = [("7", {"7": 0.995, "1": 0.004})]
+                self._send(
+                    200, _completion(body, "7", _steps_logprobs(body, steps)), {}
+                )
+            elif kind == "lead":
+                steps = [("\n", {"\n": 0.9, "7": 0.1}), ("7", {"7": 0.8, "8": 0.2})]
+                self._send(
+                    200, _completion(body, "\n7", _steps_logprobs(body, steps)), {}
+                )
             elif kind == "lpchatty":
                 dist = {"Sure": 0.9, "7": 0.1}
                 self._send(200, _completion(body, "Sure, 7", _chat_logprobs(dist)), {})
@@ -304,6 +376,78 @@ def test_expected_score_from_logprobs(
     # Text that is not a score: its logprobs are not trusted either.
     [bad] = engine.score(["e1 [[lpchatty]]"], mode="expected")
     assert (bad.score, bad.status, bad.raw) == (None, "parse_error", "Sure, 7")
+
+
+def test_expected_score_mass_and_one_ten_split_chat(
+    server: tuple[str, State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_url, state = server
+    monkeypatch.setenv(KEY_ENV, KEY)
+    engine = build_engine(_config(base_url, logprobs=True, score_mode="expected"))
+    prompts = ["c0 [[lowmass]]", "c1 [[split10]]", "c2 [[one9]]", "c3 [[tiny1]]"]
+    prompts.append("c4 [[lead]]")
+    res = engine.score(prompts, mode="expected")
+    got = [(r.score, r.status) for r in res]
+    assert got[0] == (None, "low_score_mass")
+    assert res[0].raw == "7 [score-token mass 0.3000 < min_score_mass 0.5]"
+    # "1" + "0": P(1) = 0.6 * 0.25, P(10) = 0.6 * 0.75, P(9) = 0.4.
+    assert got[1] == (pytest.approx(0.15 + 4.5 + 3.6), "ok")
+    # A chat endpoint without a constraint cannot be asked what follows "1":
+    # the greedy score, with its own status and the reason in raw.
+    assert got[2] == (9.0, "argmax_fallback")
+    assert (res[2].raw or "").startswith("9 [")
+    assert state.counts["c2 [[one9]]"] == 1
+    # A negligible "1" needs no split (error < 0.05 points).
+    assert got[3] == (pytest.approx((7 * 0.995 + 0.004) / 0.999), "ok")
+    # The score is read at the first non-blank token.
+    assert got[4] == (pytest.approx(7.2), "ok")
+    assert len(state.hits) == len(prompts)  # no follow-up request
+    assert engine.usage.statuses == {  # type: ignore[attr-defined]
+        "ok": 3,
+        "low_score_mass": 1,
+        "argmax_fallback": 1,
+    }
+    # The threshold is the engine's: lowered, the same reply is a score.
+    lenient = build_engine(
+        _config(base_url, logprobs=True, score_mode="expected", min_score_mass=0.2)
+    )
+    [ok] = lenient.score(["c5 [[lowmass]]"], mode="expected")
+    assert (ok.score, ok.status) == (pytest.approx((7 * 0.25 + 8 * 0.05) / 0.3), "ok")
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_expected_one_ten_split_from_a_follow_up(
+    server: tuple[str, State], monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    base_url, state = server
+    monkeypatch.setenv(KEY_ENV, KEY)
+    # chat needs the constraint to force "1"; completions can continue a prompt.
+    guided = api == "chat"
+    engine = build_engine(
+        _config(
+            base_url,
+            api=api,
+            guided_choice=guided,
+            logprobs=True,
+            score_mode="expected",
+        )
+    )
+    res = engine.score(["f0 [[one9]]", "f1 [[tiny1]]"], mode="expected")
+    assert [(r.score, r.status) for r in res] == [
+        (pytest.approx(EXPECTED_ONE9), "ok"),
+        (pytest.approx((7 * 0.995 + 0.004) / 0.999), "ok"),
+    ]
+    one9 = [h.body for h in state.hits if h.marker == "one9"]
+    assert len(one9) == 2  # the score, then one follow-up
+    assert sum(h.marker == "tiny1" for h in state.hits) == 1
+    if guided:
+        assert one9[1]["guided_choice"] == ["1", "10"]
+        assert one9[1]["structured_outputs"] == {"choice": ["1", "10"]}
+    else:
+        assert one9[1]["prompt"] == one9[0]["prompt"] + "1"
+        assert one9[1]["max_tokens"] == 1
+    # The follow-up's tokens are counted on the row.
+    assert res[0].prompt_tokens == 22
 
 
 def test_fatal_statuses_raise_without_the_key(

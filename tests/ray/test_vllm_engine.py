@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,13 @@ def test_vllm_engine_in_process_row_statuses_and_formats(
     from cube_ray.engines import SamplingParams
     from cube_ray.engines.vllm import VllmEngine
 
+    # Constrained decoding masks the logits before vLLM computes logprobs, so
+    # the score tokens hold all the first token's mass: a strict threshold holds.
     config = VllmEngineConfig(
-        model=str(tiny_model_dir), max_model_len=256, enforce_eager=True
+        model=str(tiny_model_dir),
+        max_model_len=256,
+        enforce_eager=True,
+        min_score_mass=0.999,
     )
     engine = build_engine(config)
     assert isinstance(engine, VllmEngine)
@@ -130,6 +136,16 @@ def test_vllm_engine_in_process_row_statuses_and_formats(
         assert all(r.score is not None and 0 <= r.score <= 10 for r in split)
         argmax = engine.score(prompts[::2], mode="argmax")
         assert all(r.score in {float(i) for i in range(11)} for r in argmax)
+        # Above the mass the engine can reach: no score, the mass in raw.
+        engine.min_score_mass = 1.01
+        low = engine.score(prompts[::2], mode="expected")
+        assert [(r.score, r.status) for r in low] == [(None, "low_score_mass")] * 2
+        for r in low:
+            assert re.fullmatch(
+                r"(10|[0-9]) \[score-token mass (1\.0000|0\.999\d) "
+                r"< min_score_mass 1\.01\]",
+                r.raw or "",
+            ), r.raw
     finally:
         engine.close()
         engine.close()  # idempotent

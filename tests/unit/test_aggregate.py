@@ -40,6 +40,13 @@ def compare_leaves(expected: Any, got: Any, path: str = "") -> int:
             for k, v in expected.items()
         )
     assert not isinstance(got, KeyError), f"missing {got}"
+    if isinstance(expected, list):
+        assert isinstance(got, list), path
+        assert len(got) == len(expected), path
+        return sum(
+            compare_leaves(e, g, f"{path}[{i}]")
+            for i, (e, g) in enumerate(zip(expected, got, strict=True))
+        )
     if expected is None:
         assert got is None, path
     elif isinstance(expected, (str, bool)):
@@ -154,7 +161,10 @@ def test_three_questions_by_hand() -> None:
     answers, scores = study(
         zero=[2, 4, 6], full=[8, 8, 8], rag=[7, 6, 3], ranks=[1, 2, 0]
     )
-    out = summarize(answers, scores, options=AggregateOptions(trim=0.0))
+    # Three questions cannot show separated bounds (section 10): the guard is
+    # turned off to check the arithmetic of sections 5-8.
+    options = AggregateOptions(trim=0.0, require_separation=False)
+    out = summarize(answers, scores, options=options)
     j = out["judges"]["j"]
     assert j["weights"]["rag"] == {"relevance": 1.0}
     assert j["normalized"]["rag"]["relevance"] == pytest.approx(62.5)
@@ -163,6 +173,10 @@ def test_three_questions_by_hand() -> None:
     assert across["mean"] == pytest.approx(62.5 * 2 / 3)
     assert across["sd"] is None  # one judge
     assert j["n_scores"]["rag"]["rag"]["relevance"] == 2
+    guarded = summarize(answers, scores, options=AggregateOptions(trim=0.0))
+    assert guarded["judges"]["j"]["cube"]["rag"] == pytest.approx(62.5 * 2 / 3)
+    assert guarded["across_judges"]["rag"]["cube"]["mean"] is None
+    assert guarded["across_judges"]["rag"]["reason"] == "no judge separates the bounds"
 
 
 def test_degenerate_bounds_are_null_with_reason() -> None:
@@ -211,7 +225,9 @@ def test_equal_weight_fallback_when_no_positive_correlation() -> None:
     assert j["weights"]["rag"] == {"a": 0.5, "b": 0.5}
     assert j["weight_method"]["rag"].startswith("equal (fallback")
     assert j["correlations"]["rag"]["a"] < 0
-    assert [f["flag"] for f in out["flags"]] == ["equal-weight fallback"]
+    # Four questions: the bounds cannot be separated (flagged per figure).
+    flags = [f["flag"] for f in out["flags"] if f["flag"] != "bounds not separated"]
+    assert flags == ["equal-weight fallback"]
 
 
 def test_constant_scores_give_undefined_correlation() -> None:

@@ -47,6 +47,16 @@ def test_unknown_keys_and_bad_values_are_rejected() -> None:
         )
 
 
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_min_score_mass_is_a_probability(bad: float) -> None:
+    cfg = ADAPTER.validate_python({"backend": "vllm", "model": "m"})
+    assert cfg.min_score_mass == 0.5
+    with pytest.raises(ValidationError, match="min_score_mass"):
+        ADAPTER.validate_python(
+            {"backend": "vllm", "model": "m", "min_score_mass": bad}
+        )
+
+
 def test_registry_builds_fake_engine() -> None:
     engine = build_engine(FakeEngineConfig(name="j", seed=3))
     assert isinstance(engine, FakeEngine)

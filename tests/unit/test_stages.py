@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cube_ray import schema
-from cube_ray.engines import FakeEngineConfig
+from cube_ray.engines import FakeEngineConfig, ScoreResult
 from cube_ray.engines.fake import FakeEngine
 from cube_ray.errors import InputError
 from cube_ray.stages import (
@@ -233,6 +233,27 @@ def test_judge_stage_scores_missing_and_invalid() -> None:
     ]
     assert out.column(schema.RAW).to_pylist()[:2] == ["7", "seven"]
     assert out.column(schema.JUDGE).to_pylist() == ["j"] * 4
+
+
+@pytest.mark.parametrize(
+    ("status", "kept"),
+    [("ok", 9.0), ("argmax_fallback", 9.0), ("low_score_mass", None)],
+)
+def test_judge_stage_keeps_scores_of_scored_statuses(
+    status: str, kept: float | None
+) -> None:
+    inputs = judge_inputs(
+        joined(), judge="j", fingerprints={"quality": "q"}, dimensions=["quality"]
+    )
+    engine = FakeEngine("j")
+    result = ScoreResult(9.0, status=status, raw="9 [why]")
+    engine.score = lambda ps, **kw: [result] * len(ps)  # type: ignore[method-assign]
+    out = JudgeStage(
+        "j", FAKE, rubrics={"quality": "Q"}, engine_factory=lambda _c: engine
+    )(inputs)
+    assert out.column(schema.STATUS).to_pylist() == [status, "no_answer"]
+    assert out.column(schema.SCORE).to_pylist() == [kept, None]
+    assert out.column(schema.RAW).to_pylist()[0] == "9 [why]"
 
 
 def test_judge_prompt_neutralises_answer() -> None:
