@@ -54,6 +54,7 @@ from scipy import stats
 
 from cube_ray import schema
 from cube_ray.aggregate import AggregateOptions
+from cube_ray.aggregate._separation import separated, wilcoxon_greater
 from cube_ray.report import (
     bca_interval,
     evaluate_replicates,
@@ -299,19 +300,14 @@ def separation(
 ) -> tuple[float, float, bool]:
     """Section 10's rule on paired weighted totals: ``(gap, p, separated)``.
 
-    ``gap`` = trimmed mean of full - trimmed mean of zero; ``p`` = one-sided
-    Wilcoxon signed-rank p-value of ``full - zero > 0`` with zero differences
-    dropped, 1 when fewer than 6 non-zero differences remain.
+    ``gap`` = trimmed mean of full - trimmed mean of zero; ``p`` = the
+    aggregation's one-sided Wilcoxon signed-rank p-value of ``full - zero > 0``
+    (scipy's, zero differences dropped, 1 below 6 non-zero differences);
+    ``separated`` is the aggregation's own rule.
     """
     gap = float(stats.trim_mean(full, trim) - stats.trim_mean(zero, trim))
-    delta = full - zero
-    delta = delta[delta != 0]
-    p = (
-        1.0
-        if delta.size < 6
-        else float(stats.wilcoxon(delta, alternative="greater").pvalue)
-    )
-    return gap, p, bool(gap >= min_gap and p < alpha)
+    p = wilcoxon_greater(full - zero)
+    return gap, p, separated(gap, p, min_gap=min_gap, alpha=alpha)
 
 
 def judge_scores(

@@ -389,3 +389,73 @@ def test_cli_interval_option(tmp_path: Path) -> None:
     assert main(["report", str(run), "--resamples", "20", "--interval", "bca"]) == 0
     md = (run / "report.md").read_text()
     assert "| bca | 20 of 20 |" in md
+
+
+# --- end to end with the aggregation's own guards ----------------------------
+
+
+def _blind(scores: pl.DataFrame, judges: list[str]) -> pl.DataFrame:
+    """``judges`` score full answers like zero answers (+0.1): a 0.1-point gap,
+    the demo's case, instead of telling a grounded answer from no answer."""
+    keys = [schema.QUESTION_ID, schema.JUDGE, schema.DIMENSION]
+    zero = scores.filter(pl.col(schema.SYSTEM) == "zero").select(
+        *keys, pl.col(schema.SCORE).alias("zero_score")
+    )
+    return (
+        scores.join(zero, on=keys, how="left")
+        .with_columns(
+            pl.when(
+                (pl.col(schema.SYSTEM) == "full") & pl.col(schema.JUDGE).is_in(judges)
+            )
+            .then(pl.min_horizontal(pl.col("zero_score") + 0.1, pl.lit(10.0)))
+            .otherwise(pl.col(schema.SCORE))
+            .alias(schema.SCORE)
+        )
+        .drop("zero_score")
+    )
+
+
+@needs_worked
+def test_report_of_a_summary_with_a_blind_judge(
+    tables: tuple[pl.DataFrame, pl.DataFrame], tmp_path: Path
+) -> None:
+    answers, scores = tables
+    scores = _blind(scores, ["judge-c"])
+    summary = summarize(answers, scores, options=AggregateOptions())
+    for block in summary["across_judges"].values():
+        assert block["judges"] == ["judge-a", "judge-b"]
+    # judge-c's own CuBE is a meaningless large number; it must not enter.
+    assert abs(summary["judges"]["judge-c"]["cube"][BM25]) > 100
+    run = _run_dir(tmp_path / "run", answers, scores, summary)
+    md = write_report(run, n_resamples=30).markdown.read_text()
+    headline = md.split("## Per-judge")[0]
+    rows = _headline_rows(md)
+    for system, block in summary["across_judges"].items():
+        assert rows[system][0] == f"{block['cube']['mean']:.2f}"
+        assert f"{summary['judges']['judge-c']['cube'][system]:.2f}" not in headline
+        assert f"| {system} | judge-a, judge-b | judge-c:" in headline
+    assert "the headline averages 2 judge(s): judge-a and judge-b." in headline
+    assert "0.10 points above its answers without context" in headline
+    assert "does not record" not in headline  # a current summary records all
+
+
+@needs_worked
+def test_report_of_a_summary_without_a_separated_judge(
+    tables: tuple[pl.DataFrame, pl.DataFrame], tmp_path: Path
+) -> None:
+    answers, scores = tables
+    scores = _blind(scores, ["judge-a", "judge-b", "judge-c"])
+    summary = summarize(answers, scores, options=AggregateOptions())
+    run = _run_dir(tmp_path / "run", answers, scores, summary)
+    paths = write_report(run, n_resamples=30)
+    md = paths.markdown.read_text()
+    rows = _headline_rows(md)
+    for system in summary["across_judges"]:
+        assert rows[system][:3] == [NO_VERDICT, "n/a", "n/a"]
+        assert rows[system][4:] == ["n/a", "n/a"]
+    headline = md.split("## Per-judge")[0]
+    assert "no judge separates the bounds" in headline
+    for judge in summary["judges"].values():
+        for value in judge["cube"].values():
+            assert f"{value:.2f}" not in headline
+            assert f"{value:.1f}" not in paths.html.read_text().split('id="judges"')[0]
