@@ -154,16 +154,19 @@ def _left_out(run: RunData, system: str) -> list[tuple[str, str]]:
         why = recorded.get(judge)
         sep = run.separation(judge, system)
         gap, p = num(sep.get("gap")), num(sep.get("p_value"))
-        if why is None:
-            if num(_judge_value(run, judge, "cube", system)) is None:
-                why = "its CuBE is undefined (degenerate bounds or missing scores)"
-            else:
-                why = "not among the judges the summary used"
-        if gap is not None or p is not None:
-            why += (
-                f" (its answers with the gold document scored {fmt(gap, 2)} points "
-                f"above its answers without context, p = {fmt(p, 3)})"
+        if why is not None:
+            # The aggregation's own words; add the test's p-value if they lack it.
+            if p is not None and "p =" not in why:
+                why += f" (one-sided Wilcoxon p = {fmt(p, 3)})"
+        elif gap is not None or p is not None:
+            why = (
+                f"its answers with the gold document scored {fmt(gap, 2)} points "
+                f"above its answers without context (p = {fmt(p, 3)})"
             )
+        elif num(_judge_value(run, judge, "cube", system)) is None:
+            why = "its CuBE is undefined (degenerate bounds or missing scores)"
+        else:
+            why = "not among the judges the summary used"
         out.append((judge, why))
     return out
 
@@ -189,7 +192,7 @@ def _jury_sentence(run: RunData, system: str) -> str:
             text += (
                 " (This summary predates the check that each judge separates the "
                 "bounds; every judge with a defined CuBE is used. Re-run "
-                "`cube-ray aggregate` to apply it.)"
+                "cube-ray aggregate to apply it.)"
             )
         if left:
             text += (
