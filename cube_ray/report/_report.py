@@ -1113,6 +1113,39 @@ def check_recomputation(run: RunData, rep: CubeReplicates) -> None:
         )
 
 
+def _recompute(
+    run: RunData, *, n_resamples: int, seed: int, interval: IntervalMethod
+) -> tuple[CubeReplicates | None, dict[str, BootstrapResult]]:
+    """The checked recomputation on the questions as drawn, and the intervals.
+
+    Both are empty without the answers and scores tables (or systems).
+
+    Raises:
+        InputError: See :func:`check_recomputation`.
+    """
+    if run.answers is None or run.scores is None or not run.systems:
+        return None, {}
+    common: dict[str, Any] = {
+        "options": run.aggregate_options(),
+        "fixed_weights": run.fixed_weights(),
+        "dimensions": run.dimensions,
+        "judges": {s: run.headline_judges(s) for s in run.systems},
+    }
+    rep = evaluate_replicates(run.answers, run.scores, **common)
+    check_recomputation(run, rep)
+    boot: dict[str, BootstrapResult] = {}
+    if n_resamples > 0:
+        boot = bootstrap_cube(
+            run.answers,
+            run.scores,
+            n_resamples=n_resamples,
+            seed=seed,
+            method=interval,
+            **common,
+        )
+    return rep, boot
+
+
 def build_sections(
     run: RunData,
     *,
@@ -1128,31 +1161,10 @@ def build_sections(
         InputError: The summary's figures cannot be reproduced from the tables
             (see :func:`check_recomputation`).
     """
-    boot: dict[str, BootstrapResult] = {}
-    rep: CubeReplicates | None = None
     notes = [Para(n, "note") for n in run.option_notes()]
     tables = run.answers is not None and run.scores is not None
-    if tables and run.systems:
-        assert run.answers is not None
-        assert run.scores is not None
-        common: dict[str, Any] = {
-            "options": run.aggregate_options(),
-            "fixed_weights": run.fixed_weights(),
-            "dimensions": run.dimensions,
-            "judges": {s: run.headline_judges(s) for s in run.systems},
-        }
-        rep = evaluate_replicates(run.answers, run.scores, **common)
-        check_recomputation(run, rep)
-        if n_resamples > 0:
-            boot = bootstrap_cube(
-                run.answers,
-                run.scores,
-                n_resamples=n_resamples,
-                seed=seed,
-                method=interval,
-                **common,
-            )
-    elif not tables:
+    rep, boot = _recompute(run, n_resamples=n_resamples, seed=seed, interval=interval)
+    if not tables:
         notes.append(
             Para(
                 "answers/ or scores/ is missing: no bootstrap interval, plots of "
@@ -1288,40 +1300,32 @@ def write_comparison(
     dims: list[str] = []
     for run, name in zip(runs, names, strict=True):
         dims.extend(d for d in run.dimensions if d not in dims)
-        boot: dict[str, BootstrapResult] = {}
-        if run.answers is not None and run.scores is not None and n_resamples > 0:
-            boot = bootstrap_cube(
-                run.answers,
-                run.scores,
-                n_resamples=n_resamples,
-                seed=seed,
-                method=interval,
-                options=run.aggregate_options(),
-                fixed_weights=run.fixed_weights(),
-                dimensions=run.dimensions,
-                judges={s: run.headline_judges(s) for s in run.systems},
-            )
+        _, boot = _recompute(run, n_resamples=n_resamples, seed=seed, interval=interval)
         for system in run.systems:
             label = f"{name}:{system}"
             labels.append(label)
+            verdict = run.no_verdict(system)
+            used = run.headline_judges(system)
             mean, sd = _across(run, system, "cube")
-            means[label] = mean
-            intervals[label] = boot[system].cube if system in boot else (None, None)
+            means[label] = None if verdict else mean
+            intervals[label] = (
+                boot[system].cube if system in boot and not verdict else (None, None)
+            )
             for j in run.judges:
-                per_label.setdefault(j, {})[label] = num(
-                    _judge_value(run, j, "cube", system)
+                per_label.setdefault(j, {})[label] = (
+                    num(_judge_value(run, j, "cube", system)) if j in used else None
                 )
             wmean, wsd = _across(run, system, "weighted")
             rows.append(
                 [
                     name,
                     system,
-                    fmt(mean, 2),
+                    NO_VERDICT if verdict else fmt(mean, 2),
                     fmt(sd, 2),
                     _interval(intervals[label], 2),
                     fmt(_recall(run, system), 3),
                     f"{fmt(wmean)} ± {fmt(wsd)}",
-                    ", ".join(run.judges),
+                    ", ".join(used) or "none",
                 ]
             )
     dim_rows = []
@@ -1345,10 +1349,11 @@ def write_comparison(
                 "95% CI",
                 "recall@k",
                 "weighted",
-                "judges",
+                "judges used",
             ],
             rows,
-            caption="Headline figures per run and system",
+            caption="Headline figures per run and system (interval: judges held "
+            f"fixed, {interval})",
             anchor="comparison-table",
             numeric=frozenset({2, 3, 4, 5, 6}),
         )
