@@ -7,6 +7,7 @@ and the run's tables, and writes ``report.html`` and ``report.md``;
 """
 
 from cube_ray.report._cube import (
+    DEFAULT_INTERVAL,
     INTERVAL_METHODS,
     BootstrapResult,
     CubeReplicates,
@@ -29,7 +30,6 @@ from cube_ray.report._human import (
     read_human_ratings,
 )
 from cube_ray.report._report import (
-    DEFAULT_INTERVAL,
     NO_VERDICT,
     ReportPaths,
     check_recomputation,

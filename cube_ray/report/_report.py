@@ -17,6 +17,7 @@ from cube_ray.aggregate import rank_scores
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
 from cube_ray.report._cube import (
+    DEFAULT_INTERVAL,
     WEIGHTED,
     BootstrapResult,
     CubeReplicates,
@@ -42,7 +43,6 @@ from cube_ray.report._stats import judge_agreement, pair_stats
 from cube_ray.report._text import bleu, rouge_l
 
 __all__ = [
-    "DEFAULT_INTERVAL",
     "NO_VERDICT",
     "ReportPaths",
     "build_sections",
@@ -51,9 +51,6 @@ __all__ = [
     "write_report",
 ]
 
-DEFAULT_INTERVAL: IntervalMethod = "percentile"
-"""The bootstrap interval of the report, chosen by the coverage measured in
-``benchmarks/validity.py`` (BENCHMARKS.md)."""
 
 WORST_N = 10
 """Rows of each worst-case table."""

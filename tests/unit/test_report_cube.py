@@ -159,7 +159,9 @@ def test_bootstrap_replicates_match_direct_resampling(
                 np.mean([v for (_, s), v in direct.items() if s == system])
             )
     # The interval is the percentile interval of exactly these replicates.
-    boot = bootstrap_cube(answers, scores, n_resamples=n_resamples, seed=seed)
+    boot = bootstrap_cube(
+        answers, scores, n_resamples=n_resamples, seed=seed, method="percentile"
+    )
     for system, values in direct_means.items():
         lo, hi = np.quantile(values, [0.025, 0.975])
         assert boot[system].cube == pytest.approx((lo, hi), abs=1e-9)

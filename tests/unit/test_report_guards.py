@@ -23,6 +23,7 @@ from cube_ray.aggregate import AggregateOptions, summarize
 from cube_ray.cli import main
 from cube_ray.errors import InputError
 from cube_ray.report import (
+    DEFAULT_INTERVAL,
     NO_VERDICT,
     bca_interval,
     bootstrap_cube,
@@ -294,7 +295,7 @@ def test_headline_without_a_separated_judge_shows_no_number(
         "answers (one-sided Wilcoxon p = 0.400)" in headline
     )
     assert "| rag@hybrid | judge-a | judge-b:" in headline
-    assert "percentile | 30 of 30 |" in headline
+    assert "bca | 30 of 30 |" in headline
 
 
 @needs_worked
@@ -388,9 +389,11 @@ def test_cli_interval_option(tmp_path: Path) -> None:
     for kind in ("answers", "scores"):
         shutil.copy(WORKED / f"{kind}.parquet", run / f"{kind}.parquet")
     shutil.copy(WORKED / "expected_summary.json", run / "summary.json")
-    assert main(["report", str(run), "--resamples", "20", "--interval", "bca"]) == 0
-    md = (run / "report.md").read_text()
-    assert "| bca | 20 of 20 |" in md
+    args = ["report", str(run), "--resamples", "20"]
+    assert main([*args, "--interval", "percentile"]) == 0
+    assert "| percentile | 20 of 20 |" in (run / "report.md").read_text()
+    assert main(args) == 0  # the default
+    assert f"| {DEFAULT_INTERVAL} | 20 of 20 |" in (run / "report.md").read_text()
 
 
 # --- end to end with the aggregation's own guards ----------------------------
