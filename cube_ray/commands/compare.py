@@ -30,6 +30,14 @@ def register(subparsers: Any) -> None:
         help="bootstrap resamples per run (0: no interval; default 1000)",
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument(
+        "--interval",
+        choices=["percentile", "bca"],  # cube_ray.report.INTERVAL_METHODS
+        default=None,
+        help="bootstrap interval: percentile or bca (bias-corrected and "
+        "accelerated); default: the one whose coverage BENCHMARKS.md measured "
+        "closest to 95 %%",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -37,11 +45,15 @@ def _run(args: argparse.Namespace) -> int:
     from cube_ray.report._deps import require_report_deps
 
     require_report_deps()
-    from cube_ray.report import write_comparison
+    from cube_ray.report import DEFAULT_INTERVAL, write_comparison
 
     print(
         write_comparison(
-            args.run_dirs, out=args.out, n_resamples=args.resamples, seed=args.seed
+            args.run_dirs,
+            out=args.out,
+            n_resamples=args.resamples,
+            seed=args.seed,
+            interval=args.interval or DEFAULT_INTERVAL,
         )
     )
     return 0

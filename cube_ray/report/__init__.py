@@ -7,22 +7,35 @@ and the run's tables, and writes ``report.html`` and ``report.md``;
 """
 
 from cube_ray.report._cube import (
+    DEFAULT_INTERVAL,
+    INTERVAL_METHODS,
     BootstrapResult,
-    CubeOptions,
     CubeReplicates,
+    IntervalMethod,
+    bca_interval,
     bootstrap_cube,
     evaluate_replicates,
+    fixed_judge_mean,
+    jackknife_indices,
     masked_pearson,
     masked_trimmed_mean,
+    percentile_interval,
     resample_indices,
+    weighted_total,
 )
-from cube_ray.report._data import RunData, load_run
+from cube_ray.report._data import RunData, load_run, read_options
 from cube_ray.report._human import (
     HumanComparison,
     compare_with_humans,
     read_human_ratings,
 )
-from cube_ray.report._report import ReportPaths, write_comparison, write_report
+from cube_ray.report._report import (
+    NO_VERDICT,
+    ReportPaths,
+    check_recomputation,
+    write_comparison,
+    write_report,
+)
 from cube_ray.report._stats import (
     PairStats,
     judge_agreement,
@@ -32,17 +45,24 @@ from cube_ray.report._stats import (
 from cube_ray.report._text import bleu, lcs_length, rouge_l, tokenize
 
 __all__ = [
+    "DEFAULT_INTERVAL",
+    "INTERVAL_METHODS",
+    "NO_VERDICT",
     "BootstrapResult",
-    "CubeOptions",
     "CubeReplicates",
     "HumanComparison",
+    "IntervalMethod",
     "PairStats",
     "ReportPaths",
     "RunData",
+    "bca_interval",
     "bleu",
     "bootstrap_cube",
+    "check_recomputation",
     "compare_with_humans",
     "evaluate_replicates",
+    "fixed_judge_mean",
+    "jackknife_indices",
     "judge_agreement",
     "krippendorff_alpha_interval",
     "lcs_length",
@@ -50,10 +70,13 @@ __all__ = [
     "masked_pearson",
     "masked_trimmed_mean",
     "pair_stats",
+    "percentile_interval",
     "read_human_ratings",
+    "read_options",
     "resample_indices",
     "rouge_l",
     "tokenize",
+    "weighted_total",
     "write_comparison",
     "write_report",
 ]

@@ -11,8 +11,14 @@ one sort per trimmed mean, masked Pearson weights.
 It is the same math as the aggregation, checked three ways by the tests: the
 identity resample reproduces the worked example's ``expected_summary.json`` to
 1e-9, a bootstrap replicate equals a direct scipy computation on the resampled
-rows, and (when :func:`cube_ray.aggregate.summarize` is importable) equals
-``summarize`` on the resampled tables.
+rows, and equals :func:`cube_ray.aggregate.summarize` on the resampled tables.
+The options are the aggregation's own :class:`cube_ray.aggregate.AggregateOptions`
+and the rank score is :func:`cube_ray.aggregate.rank_scores`: one definition of
+each, not a copy.
+
+The across-judge figure of a replicate averages a fixed set of judges (those the
+summary's headline used, CUBE_METHOD.md section 10); a replicate in which one of
+them is undefined is undefined, never an average of fewer judges.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -27,16 +34,27 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
+from cube_ray.aggregate import AggregateOptions, rank_scores
+from cube_ray.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_INTERVAL",
+    "INTERVAL_METHODS",
     "BootstrapResult",
-    "CubeOptions",
     "CubeReplicates",
+    "FixedWeights",
+    "IntervalMethod",
+    "bca_interval",
     "bootstrap_cube",
     "evaluate_replicates",
+    "fixed_judge_mean",
+    "jackknife_indices",
+    "k_of",
     "masked_pearson",
     "masked_trimmed_mean",
+    "percentile_interval",
     "resample_indices",
+    "weighted_total",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -53,33 +71,36 @@ _MAX_BLOCK_CELLS = 2_000_000
 """Resamples are processed in blocks of at most this many ``B x Q`` cells."""
 
 
-@dataclass(frozen=True)
-class CubeOptions:
-    """The aggregation options the recomputation needs (CUBE_METHOD.md 5-7).
+IntervalMethod = Literal["percentile", "bca"]
+"""How a bootstrap interval is read off the replicates."""
+INTERVAL_METHODS: tuple[IntervalMethod, ...] = ("percentile", "bca")
+DEFAULT_INTERVAL: IntervalMethod = "bca"
+"""The report's interval, chosen by the coverage that ``benchmarks/validity.py``
+measured (BENCHMARKS.md): BCa stayed within 93-97 % in every simulated setting,
+the percentile interval over-covered (97.7 %) with integer judge scores."""
 
-    Mirrors ``cube_ray.aggregate.AggregateOptions``; built from the
-    ``parameters`` block of ``summary.json`` when present.
+FixedWeights = Mapping[str, Mapping[str, Mapping[str, float]]]
+"""``judge -> system -> dimension -> weight`` as recorded in ``summary.json``."""
+
+_JACKKNIFE_GROUPS = 200
+"""BCa's acceleration uses a delete-one jackknife up to this many questions and
+a delete-a-group jackknife (this many groups) above, to bound its cost."""
+
+
+def k_of(options: AggregateOptions, system: str) -> int:
+    """The retrieval depth of ``system`` under ``options``.
+
+    >>> k_of(AggregateOptions(k={"rag@a": 4}), "rag@a"), k_of(AggregateOptions(), "rag")
+    (4, 8)
     """
-
-    k: int | Mapping[str, int] = 8
-    """Retrieval depth used in ``rank_score``, one number or one per system."""
-    trim: float = 0.1
-    """Proportion cut from each end by the trimmed mean."""
-    weights: str | Mapping[str, Any] = "pearson"
-    """``"pearson"``, ``"equal"`` or fixed numbers (per dimension or per judge)."""
-    bounds_on: Literal["all", "paired"] = "all"
-    """Bounds over all questions, or only those the system retrieved."""
-    fixed_weights: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None
-    """``judge -> system -> dimension -> weight`` overriding ``weights`` (used when
-    the summary recorded non-Pearson weights)."""
-
-    def k_for(self, system: str) -> int:
-        """The retrieval depth of ``system``."""
-        if isinstance(self.k, Mapping):
-            if system in self.k:
-                return int(self.k[system])
-            return int(self.k.get("default", 8))
-        return int(self.k)
+    if isinstance(options.k, int):
+        return options.k
+    if system not in options.k:
+        raise ConfigError(
+            f"k is given per system ({sorted(options.k)}) but not for {system!r}; "
+            "give one k per system under test, or a single k for all"
+        )
+    return int(options.k[system])
 
 
 def resample_indices(n: int, n_resamples: int, *, seed: int = 0) -> IntArray:
@@ -127,6 +148,22 @@ def masked_pearson(x: FloatArray, y: FloatArray) -> FloatArray:
     >>> masked_pearson(x, y).round(6).tolist()
     [0.993399, nan]
     """
+    n_all = np.broadcast_shapes(x.shape, y.shape)[-1]
+    if n_all >= 2 and not (np.isnan(x).any() or np.isnan(y).any()):
+        # No missing value (the common case): centre each input once, in its
+        # own shape; ``x`` may be a [B, Q] rank score shared by [J, D, B, Q].
+        dxf = x - x.mean(axis=-1, keepdims=True)
+        dyf = y - y.mean(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rf = (dxf * dyf).sum(axis=-1) / np.sqrt(
+                (dxf * dxf).sum(axis=-1) * (dyf * dyf).sum(axis=-1)
+            )
+        const = (x.max(axis=-1, initial=-np.inf) == x.min(axis=-1, initial=np.inf)) | (
+            y.max(axis=-1, initial=-np.inf) == y.min(axis=-1, initial=np.inf)
+        )
+        fast: FloatArray = np.where(const, np.nan, rf)
+        return fast
+    x, y = np.broadcast_arrays(x, y)
     valid = ~(np.isnan(x) | np.isnan(y))
     n = valid.sum(axis=-1)
     xs = np.where(valid, x, 0.0)
@@ -165,7 +202,7 @@ class CubeReplicates:
     systems: list[str]
     dimensions: list[str]
     recall: FloatArray
-    """``[S, B]`` share of questions with rank >= 1."""
+    """``[S, B]`` share of available answers with rank >= 1."""
     correlations: FloatArray
     """``[J, S, B, D]`` Pearson r(rank_score, score); NaN when undefined."""
     weights: FloatArray
@@ -178,14 +215,17 @@ class CubeReplicates:
     """``[J, S, B, D+1]`` ``100 (rag - zero) / (full - zero)``; NaN if degenerate."""
     cube: FloatArray
     """``[J, S, B]`` normalised weighted total x recall."""
+    used: BoolArray
+    """``[J, S]`` the judges held fixed in each system's across-judge figures."""
     cube_mean: FloatArray = field(init=False)
-    """``[S, B]`` mean over the judges whose CuBE is defined."""
+    """``[S, B]`` mean CuBE of the used judges; NaN when one of them is undefined
+    (or none is used)."""
     weighted_mean: FloatArray = field(init=False)
-    """``[S, B]`` mean normalised weighted total over judges."""
+    """``[S, B]`` mean normalised weighted total of the used judges (same rule)."""
 
     def __post_init__(self) -> None:
-        self.cube_mean = _nanmean(self.cube, axis=0)
-        self.weighted_mean = _nanmean(self.normalized[..., -1], axis=0)
+        self.cube_mean = fixed_judge_mean(self.cube, self.used)
+        self.weighted_mean = fixed_judge_mean(self.normalized[..., -1], self.used)
 
     def judge_summary(self, b: int = 0) -> dict[str, Any]:
         """Replicate ``b`` in the layout of ``summary.json``'s ``judges`` block."""
@@ -231,11 +271,40 @@ def _floats(xs: FloatArray) -> list[float | None]:
     return [_float(x) for x in xs]
 
 
-def _nanmean(x: FloatArray, *, axis: int) -> FloatArray:
-    count = np.sum(~np.isnan(x), axis=axis)
-    total = np.nansum(x, axis=axis)
+def fixed_judge_mean(values: FloatArray, used: BoolArray) -> FloatArray:
+    """``[S, B]`` mean over the used judges of ``values[J, S, B]``.
+
+    The judges are held fixed: a replicate in which a used judge is undefined
+    (NaN) is undefined, instead of silently averaging the others.
+
+    >>> v = np.array([[[1.0, 2.0]], [[3.0, np.nan]], [[9.0, 9.0]]])
+    >>> fixed_judge_mean(v, np.array([[True], [True], [False]])).tolist()
+    [[2.0, nan]]
+    """
+    mask = used[:, :, None]
+    n = mask.sum(axis=0)
+    total = np.where(mask, values, 0.0).sum(axis=0)  # NaN of a used judge stays
     with np.errstate(invalid="ignore", divide="ignore"):
-        out: FloatArray = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        out: FloatArray = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+    return out
+
+
+def weighted_total(weights: FloatArray, values: FloatArray) -> FloatArray:
+    """``sum_d w_d x_d`` over the last axis, as the aggregation defines it.
+
+    A dimension with weight 0 does not count even when its value is missing
+    (NaN): ``0 x NaN`` must not turn the total into NaN. A missing value of a
+    dimension with positive weight makes the total missing.
+
+    >>> w = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])
+    >>> x = np.array([[2.0, 4.0, np.nan], [2.0, np.nan, 1.0]])
+    >>> weighted_total(w, x).tolist()
+    [3.0, nan]
+    """
+    counts = weights > 0
+    missing = (counts & np.isnan(values)).any(axis=-1)
+    total = np.where(counts, weights * np.where(np.isnan(values), 0.0, values), 0.0)
+    out: FloatArray = np.where(missing, np.nan, total.sum(axis=-1))
     return out
 
 
@@ -247,16 +316,34 @@ class _Prepared:
     judges: list[str]
     systems: list[str]
     dimensions: list[str]
-    rank_score: FloatArray  # [S, Q], NaN where the system has no answer
+    rank_score: FloatArray  # [S, Q], NaN where the system has no (available) answer
     rank: FloatArray  # [S, Q]
     scores: dict[str, FloatArray]  # set name -> [J, D, Q]
+
+
+_RANK_SCORE = "rank_score"
+"""The column :func:`cube_ray.aggregate.rank_scores` adds."""
+
+
+def _available(answers: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The answer rows the system did give, and the keys of those it did not.
+
+    An answer whose ``status`` is set and not ``ok`` is an outage (CUBE_METHOD.md
+    section 10): it is neither a retrieval miss nor a low score.
+    """
+    keys = [schema.QUESTION_ID, schema.SYSTEM]
+    if schema.STATUS not in answers.columns:
+        return answers, answers.select(keys).clear()
+    status = pl.col(schema.STATUS).cast(pl.String)
+    failed = status.is_not_null() & (status != schema.STATUS_OK)
+    return answers.filter(~failed), answers.filter(failed).select(keys)
 
 
 def _prepare(
     answers: pl.DataFrame,
     scores: pl.DataFrame,
     *,
-    options: CubeOptions,
+    options: AggregateOptions,
     dimensions: Sequence[str] | None,
 ) -> _Prepared:
     questions = sorted(answers.get_column(schema.QUESTION_ID).unique().to_list())
@@ -273,6 +360,12 @@ def _prepare(
         )
     dims = list(dimensions)
     nq = len(questions)
+    answers, failed = _available(answers)
+    if failed.height:
+        keys = failed.with_columns(
+            pl.col(c).cast(scores.schema[c]) for c in failed.columns
+        )
+        scores = scores.join(keys, on=[schema.QUESTION_ID, schema.SYSTEM], how="anti")
 
     rank = np.full((len(systems), nq), np.nan)
     rank_score = np.full((len(systems), nq), np.nan)
@@ -282,18 +375,12 @@ def _prepare(
             [qpos[q] for q in rows.get_column(schema.QUESTION_ID).to_list()],
             dtype=np.int64,
         )
-        r = rows.get_column(schema.RANK).fill_null(0).to_numpy().astype(np.float64)
-        n_ret = (
-            rows.get_column(schema.RETRIEVED_DOC_IDS)
-            .list.len()
-            .fill_null(0)
-            .to_numpy()
-            .astype(np.float64)
+        ranked = rank_scores(
+            rows.with_columns(pl.col(schema.RANK).fill_null(0)),
+            k=k_of(options, system),
         )
-        k = options.k_for(system)
-        rs = np.where(r >= 1, k + 2 - r, 0.0) + np.where((r == 1) & (n_ret == 1), 1, 0)
-        rank[si, pos] = r
-        rank_score[si, pos] = rs
+        rank[si, pos] = ranked.get_column(schema.RANK).cast(pl.Float64).to_numpy()
+        rank_score[si, pos] = ranked.get_column(_RANK_SCORE).cast(pl.Float64).to_numpy()
 
     ok = scores.filter(pl.col(schema.SCORE).is_not_null()).select(
         schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION, schema.SCORE
@@ -327,35 +414,61 @@ def _blocks(idx: IntArray) -> Iterator[IntArray]:
         yield idx[start : start + step]
 
 
+def _used_mask(
+    judges: Sequence[str],
+    systems: Sequence[str],
+    used: Mapping[str, Sequence[str]] | None,
+) -> BoolArray:
+    mask = np.ones((len(judges), len(systems)), dtype=bool)
+    if used is None:
+        return mask
+    for si, system in enumerate(systems):
+        chosen = set(used.get(system, judges))
+        mask[:, si] = [j in chosen for j in judges]
+    return mask
+
+
 def evaluate_replicates(
     answers: pl.DataFrame,
     scores: pl.DataFrame,
     *,
     indices: IntArray | None = None,
-    options: CubeOptions | None = None,
+    options: AggregateOptions | None = None,
+    fixed_weights: FixedWeights | None = None,
     dimensions: Sequence[str] | None = None,
+    judges: Mapping[str, Sequence[str]] | None = None,
 ) -> CubeReplicates:
     """CuBE of every judge and system for each row of ``indices``.
 
     Args:
-        answers: The answers table (schema ``ANSWERS_SCHEMA``).
+        answers: The answers table (schema ``ANSWERS_SCHEMA``); rows whose
+            ``status`` is not ``ok`` are outages and left out.
         scores: The scores table (schema ``SCORES_SCHEMA``).
         indices: ``[B, Q]`` question positions (into the sorted unique question
             ids of ``answers``); ``None`` evaluates the question set once as is.
-        options: Aggregation options; the defaults of CUBE_METHOD.md.
+        options: Aggregation options (``k``, ``trim``, ``weights``,
+            ``bounds_on``); the defaults of CUBE_METHOD.md.
+        fixed_weights: Weights recorded by the aggregation
+            (``judge -> system -> dimension -> weight``); they replace
+            ``options.weights`` when it is not ``pearson``.
         dimensions: Dimension order; default: first appearance in ``scores``.
+        judges: Per system, the judges of its across-judge figures (held fixed
+            in every replicate); default: every judge.
 
     Returns:
         The figures of every replicate.
     """
-    options = options or CubeOptions()
+    options = options or AggregateOptions()
     prep = _prepare(answers, scores, options=options, dimensions=dimensions)
     nq = len(prep.questions)
     if indices is None:
         indices = np.arange(nq, dtype=np.int64)[None, :]
-    parts = [_evaluate_block(prep, block, options) for block in _blocks(indices)]
+    parts = [
+        _evaluate_block(prep, block, options, fixed_weights)
+        for block in _blocks(indices)
+    ]
     if not parts:
-        parts = [_evaluate_block(prep, indices, options)]
+        parts = [_evaluate_block(prep, indices, options, fixed_weights)]
 
     def cat(key: str) -> FloatArray:
         return np.concatenate([p[key] for p in parts], axis=-2 if key != "cube" else -1)
@@ -374,11 +487,25 @@ def evaluate_replicates(
         trimmed={name: cat(f"tm_{name}") for name in ("zero", "full", "system")},
         normalized=cat("normalized"),
         cube=np.concatenate([p["cube"] for p in parts], axis=-1),
+        used=_used_mask(prep.judges, prep.systems, judges),
     )
 
 
+def _gather(scores: FloatArray, idx: IntArray) -> FloatArray:
+    """``scores[:, :, idx]`` as a C-contiguous ``[J, D, B, Q]`` array.
+
+    Fancy indexing leaves the new axes outermost in memory; the reductions over
+    the last axis (sorts, sums) are several times faster on a contiguous copy.
+    """
+    out: FloatArray = np.ascontiguousarray(scores[:, :, idx])
+    return out
+
+
 def _evaluate_block(
-    prep: _Prepared, idx: IntArray, options: CubeOptions
+    prep: _Prepared,
+    idx: IntArray,
+    options: AggregateOptions,
+    fixed_weights: FixedWeights | None,
 ) -> dict[str, FloatArray]:
     nj, ns, nd = len(prep.judges), len(prep.systems), len(prep.dimensions)
     nb = idx.shape[0]
@@ -388,13 +515,14 @@ def _evaluate_block(
     tm = {k: np.full((nj, ns, nb, nd + 1), np.nan) for k in ("zero", "full", "system")}
     normalized = np.full((nj, ns, nb, nd + 1), np.nan)
     recall = np.full((ns, nb), np.nan)
+    pearson = options.weights == "pearson"
 
     # Bounds over all questions do not depend on the system: compute them once.
     shared: dict[str, FloatArray] = {}
     if options.bounds_on == "all":
         for key, name in (("zero", schema.ZERO), ("full", schema.FULL)):
             shared[key] = masked_trimmed_mean(
-                prep.scores[name][:, :, idx], options.trim
+                _gather(prep.scores[name], idx), options.trim
             )  # [J, D, B]
 
     for si, system in enumerate(prep.systems):
@@ -404,14 +532,15 @@ def _evaluate_block(
         retrieved = present & (rk >= 1)
         with np.errstate(invalid="ignore", divide="ignore"):
             recall[si] = retrieved.sum(axis=1) / present.sum(axis=1)
-        sys_scores = prep.scores[system][:, :, idx]  # [J, D, B, Q]
-        r = masked_pearson(np.broadcast_to(rs, sys_scores.shape), sys_scores)
+        sys_scores = _gather(prep.scores[system], idx)  # [J, D, B, Q]
+        r = masked_pearson(rs, sys_scores)  # rs broadcasts over [J, D]
         corr[:, si] = np.moveaxis(r, 1, 2)  # [J, B, D]
-        w = _weights(prep, si, np.moveaxis(r, 1, 2), options)
+        w = _weights(prep, si, np.moveaxis(r, 1, 2), options, fixed_weights)
         weights[:, si] = w
-        fallback[:, si] = np.all(~(np.nan_to_num(corr[:, si], nan=0.0) > 0), axis=-1)
-        if not _uses_pearson(options):
-            fallback[:, si] = 0.0
+        if pearson:
+            fallback[:, si] = np.all(
+                ~(np.nan_to_num(corr[:, si], nan=0.0) > 0), axis=-1
+            )
         tm_sys = masked_trimmed_mean(
             np.where(retrieved, sys_scores, np.nan), options.trim
         )  # [J, D, B]
@@ -421,12 +550,12 @@ def _evaluate_block(
                 per_set[key] = shared[key]
             else:
                 per_set[key] = masked_trimmed_mean(
-                    np.where(retrieved, prep.scores[name][:, :, idx], np.nan),
+                    np.where(retrieved, _gather(prep.scores[name], idx), np.nan),
                     options.trim,
                 )
         for key, val in per_set.items():
             dims_first = np.moveaxis(val, 1, 2)  # [J, B, D]
-            total = np.sum(w * dims_first, axis=-1)
+            total = weighted_total(w, dims_first)
             tm[key][:, si] = np.concatenate([dims_first, total[..., None]], axis=-1)
         span = tm["full"][:, si] - tm["zero"][:, si]
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -446,16 +575,16 @@ def _evaluate_block(
     }
 
 
-def _uses_pearson(options: CubeOptions) -> bool:
-    return options.fixed_weights is None and options.weights == "pearson"
-
-
 def _weights(
-    prep: _Prepared, si: int, corr: FloatArray, options: CubeOptions
+    prep: _Prepared,
+    si: int,
+    corr: FloatArray,
+    options: AggregateOptions,
+    fixed_weights: FixedWeights | None,
 ) -> FloatArray:
     """``[J, B, D]`` weights of system ``si`` (CUBE_METHOD.md section 6)."""
     nd = len(prep.dimensions)
-    if _uses_pearson(options):
+    if options.weights == "pearson":
         pos = np.maximum(np.nan_to_num(corr, nan=0.0), 0.0)
         total = pos.sum(axis=-1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -466,42 +595,137 @@ def _weights(
     system = prep.systems[si]
     for ji, judge in enumerate(prep.judges):
         table: Mapping[str, Any] | None = None
-        if options.fixed_weights is not None:
-            table = options.fixed_weights.get(judge, {}).get(system)
+        if fixed_weights is not None:
+            table = fixed_weights.get(judge, {}).get(system)
         elif isinstance(options.weights, Mapping):
-            table = options.weights.get(judge, options.weights)
+            inner = options.weights.get(judge, options.weights)
+            table = inner if isinstance(inner, Mapping) else None
         if table:
-            fixed[ji] = [float(table.get(d, 0.0)) for d in prep.dimensions]
+            values = np.array([float(table.get(d) or 0.0) for d in prep.dimensions])
+            if values.sum() > 0:
+                fixed[ji] = values / values.sum()
     return fixed
+
+
+# --------------------------------------------------------------------------
+# intervals
+# --------------------------------------------------------------------------
+
+Interval = tuple[float | None, float | None]
 
 
 @dataclass(frozen=True)
 class BootstrapResult:
-    """Percentile bootstrap intervals of one system's headline figures."""
+    """Bootstrap intervals of one system's headline figures."""
 
     system: str
     n_resamples: int
     confidence: float
-    cube: tuple[float | None, float | None]
-    """Interval of the cross-judge mean CuBE."""
-    weighted: tuple[float | None, float | None]
-    """Interval of the cross-judge mean normalised weighted total."""
-    recall: tuple[float | None, float | None]
-    per_judge: dict[str, tuple[float | None, float | None]]
-    """Interval of each judge's CuBE."""
+    method: IntervalMethod
+    """``percentile`` or ``bca`` (bias-corrected and accelerated)."""
+    judges: tuple[str, ...]
+    """The judges averaged in every replicate (held fixed, as in the headline)."""
+    cube: Interval
+    """Interval of the across-judge mean CuBE of :attr:`judges`."""
+    weighted: Interval
+    """Interval of their mean normalised weighted total."""
+    recall: Interval
+    per_judge: dict[str, Interval]
+    """Interval of each judge's CuBE (every judge, used or not)."""
     n_defined: int
-    """Resamples whose cross-judge CuBE was defined (the interval uses those)."""
+    """Resamples in which every judge of :attr:`judges` had a defined CuBE; the
+    interval is read from those."""
 
 
-def _interval(
-    values: FloatArray, confidence: float
-) -> tuple[float | None, float | None]:
+def percentile_interval(values: FloatArray, confidence: float) -> Interval:
+    """The percentile interval of the finite replicates.
+
+    >>> [round(v, 9) for v in percentile_interval(np.arange(101.0), 0.9)]
+    [5.0, 95.0]
+    """
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return (None, None)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
     return (float(lo), float(hi))
+
+
+def bca_interval(
+    values: FloatArray,
+    estimate: float,
+    jackknife: FloatArray,
+    confidence: float,
+) -> Interval:
+    """The bias-corrected and accelerated (BCa) interval (Efron 1987).
+
+    ``z0`` corrects for the median of the replicates lying off the estimate;
+    the acceleration ``a`` (from the jackknife values) for a standard error
+    that changes with the value. Falls back to the percentile interval when
+    either is undefined (e.g. every jackknife value equal).
+
+    Args:
+        values: The bootstrap replicates (non-finite ones are left out).
+        estimate: The figure on the question set as drawn.
+        jackknife: The figure with each question (or group of questions) left
+            out in turn.
+        confidence: Nominal coverage, e.g. 0.95.
+
+    Returns:
+        The interval, or ``(None, None)`` without a finite replicate.
+
+    Examples:
+        Symmetric replicates around the estimate and a symmetric jackknife give
+        the percentile interval:
+
+        >>> reps = np.linspace(-1.0, 1.0, 2001)
+        >>> lo, hi = bca_interval(reps, 0.0, np.array([-1.0, 1.0]), 0.9)
+        >>> round(lo, 3), round(hi, 3)
+        (-0.9, 0.9)
+    """
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return (None, None)
+    jack = jackknife[np.isfinite(jackknife)]
+    if not math.isfinite(estimate) or jack.size < 2:
+        return percentile_interval(finite, confidence)
+    norm = NormalDist()
+    share = (np.sum(finite < estimate) + 0.5 * np.sum(finite == estimate)) / finite.size
+    if not 0.0 < share < 1.0:
+        return percentile_interval(finite, confidence)
+    z0 = norm.inv_cdf(float(share))
+    dev = jack.mean() - jack
+    denom = 6.0 * float(np.sum(dev**2)) ** 1.5
+    accel = float(np.sum(dev**3)) / denom if denom > 0 else 0.0
+    alpha = (1.0 - confidence) / 2.0
+    levels = []
+    for tail in (alpha, 1.0 - alpha):
+        z = z0 + norm.inv_cdf(tail)
+        levels.append(norm.cdf(z0 + z / (1.0 - accel * z)))
+    lo, hi = np.quantile(finite, levels)
+    return (float(lo), float(hi))
+
+
+def jackknife_indices(n: int, *, groups: int = _JACKKNIFE_GROUPS) -> IntArray:
+    """``[G, n - n // G]`` question positions, one group left out per row.
+
+    Delete-one (``G = n``) up to ``groups`` questions; above, ``groups``
+    contiguous groups of ``n // groups`` questions (the few left over by the
+    division stay in every row).
+
+    >>> jackknife_indices(3).tolist()
+    [[1, 2], [0, 2], [0, 1]]
+    >>> jackknife_indices(5, groups=2).tolist()
+    [[2, 3, 4], [0, 1, 4]]
+    """
+    g = min(n, groups)
+    size = n // g
+    keep = np.ones((g, n), dtype=bool)
+    for i in range(g):
+        keep[i, i * size : (i + 1) * size] = False
+    positions = np.broadcast_to(np.arange(n, dtype=np.int64), (g, n))
+    out: IntArray = positions[keep].reshape(g, n - size)
+    return out
 
 
 def bootstrap_cube(
@@ -511,14 +735,17 @@ def bootstrap_cube(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
-    options: CubeOptions | None = None,
+    method: IntervalMethod = DEFAULT_INTERVAL,
+    options: AggregateOptions | None = None,
+    fixed_weights: FixedWeights | None = None,
     dimensions: Sequence[str] | None = None,
+    judges: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, BootstrapResult]:
-    """Percentile bootstrap CI of CuBE per system, resampling questions.
+    """Bootstrap CI of CuBE per system, resampling questions, judges held fixed.
 
     Each resample draws the question set with replacement (a question drawn
     twice counts twice everywhere: weights, trimmed means, recall), recomputes
-    every judge's CuBE, then the cross-judge mean.
+    every judge's CuBE, then the mean over the judges of ``judges[system]``.
 
     Args:
         answers: The answers table.
@@ -526,17 +753,41 @@ def bootstrap_cube(
         n_resamples: Number of resamples.
         seed: Seed of :func:`resample_indices`.
         confidence: Interval coverage, e.g. 0.95.
+        method: ``bca`` (the default, see :data:`DEFAULT_INTERVAL`) or
+            ``percentile``.
         options: Aggregation options.
+        fixed_weights: Recorded fixed weights (see :func:`evaluate_replicates`).
         dimensions: Dimension order.
+        judges: Per system, the judges of the headline (default: all).
 
     Returns:
         One :class:`BootstrapResult` per system under test.
     """
+    if method not in INTERVAL_METHODS:
+        raise ConfigError(
+            f"interval method {method!r} is not one of {list(INTERVAL_METHODS)}"
+        )
     n_q = answers.get_column(schema.QUESTION_ID).n_unique()
     idx = resample_indices(n_q, n_resamples, seed=seed)
-    rep = evaluate_replicates(
-        answers, scores, indices=idx, options=options, dimensions=dimensions
-    )
+    kwargs: dict[str, Any] = {
+        "options": options,
+        "fixed_weights": fixed_weights,
+        "dimensions": dimensions,
+        "judges": judges,
+    }
+    rep = evaluate_replicates(answers, scores, indices=idx, **kwargs)
+    point = jack = None
+    if method == "bca":
+        point = evaluate_replicates(answers, scores, **kwargs)
+        jack = evaluate_replicates(
+            answers, scores, indices=jackknife_indices(n_q), **kwargs
+        )
+
+    def interval(values: FloatArray, pick: Any) -> Interval:
+        if point is None or jack is None:
+            return percentile_interval(values, confidence)
+        return bca_interval(values, float(pick(point)[0]), pick(jack), confidence)
+
     out: dict[str, BootstrapResult] = {}
     for si, system in enumerate(rep.systems):
         cube_b = rep.cube_mean[si]
@@ -544,11 +795,15 @@ def bootstrap_cube(
             system=system,
             n_resamples=n_resamples,
             confidence=confidence,
-            cube=_interval(cube_b, confidence),
-            weighted=_interval(rep.weighted_mean[si], confidence),
-            recall=_interval(rep.recall[si], confidence),
+            method=method,
+            judges=tuple(j for ji, j in enumerate(rep.judges) if rep.used[ji, si]),
+            cube=interval(cube_b, lambda r, si=si: r.cube_mean[si]),
+            weighted=interval(
+                rep.weighted_mean[si], lambda r, si=si: r.weighted_mean[si]
+            ),
+            recall=interval(rep.recall[si], lambda r, si=si: r.recall[si]),
             per_judge={
-                judge: _interval(rep.cube[ji, si], confidence)
+                judge: interval(rep.cube[ji, si], lambda r, a=ji, b=si: r.cube[a, b])
                 for ji, judge in enumerate(rep.judges)
             },
             n_defined=int(np.isfinite(cube_b).sum()),

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from pydantic import ValidationError
 
 from cube_ray import schema
+from cube_ray.aggregate import AggregateOptions
 from cube_ray.errors import InputError
-from cube_ray.report._cube import WEIGHTED, CubeOptions
+from cube_ray.report._cube import WEIGHTED, FixedWeights, k_of
 
-__all__ = ["RunData", "load_run", "read_table"]
+__all__ = ["RunData", "load_run", "read_options", "read_table"]
 
 
 def read_table(path: Path, kind: str) -> pl.DataFrame | None:
@@ -87,6 +89,9 @@ class RunData:
     judges: list[str] = field(default_factory=list)
     systems: list[str] = field(default_factory=list)
     dimensions: list[str] = field(default_factory=list)
+    _options: tuple[AggregateOptions, list[str]] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def name(self) -> str:
@@ -100,40 +105,151 @@ class RunData:
 
     def parameters(self) -> dict[str, Any]:
         """The aggregation parameters recorded in the summary, if any."""
-        for key in ("parameters", "options", "params"):
-            value = self.summary.get(key)
-            if isinstance(value, dict):
-                return value
-        return {}
+        value = self.summary.get("parameters")
+        return value if isinstance(value, dict) else {}
 
-    def cube_options(self) -> CubeOptions:
-        """Options for recomputing CuBE (bootstrap, human CuBE)."""
-        p = self.parameters()
-        k = p.get("k", 8)
-        trim = p.get("trim", 0.1)
-        weights = p.get("weights", "pearson")
-        bounds_on = p.get("bounds_on", "all")
-        fixed = None
-        if weights != "pearson":
-            fixed = {
-                j: {
-                    s: w
-                    for s, w in (self.judge_block(j).get("weights") or {}).items()
-                    if isinstance(w, dict)
-                }
-                for j in self.judges
+    def _read_options(self) -> tuple[AggregateOptions, list[str]]:
+        if self._options is None:
+            self._options = read_options(
+                self.parameters(), path=self.run_dir / "summary.json"
+            )
+        return self._options
+
+    def aggregate_options(self) -> AggregateOptions:
+        """The options the summary was computed with (see :func:`read_options`)."""
+        return self._read_options()[0]
+
+    def option_notes(self) -> list[str]:
+        """What the report had to assume about the options (missing keys)."""
+        return list(self._read_options()[1])
+
+    def fixed_weights(self) -> FixedWeights | None:
+        """The recorded per-judge weights when they are not Pearson weights."""
+        if self.aggregate_options().weights == "pearson":
+            return None
+        return {
+            j: {
+                s: w
+                for s, w in (self.judge_block(j).get("weights") or {}).items()
+                if isinstance(w, dict)
             }
-        return CubeOptions(
-            k=k if isinstance(k, int | dict) else 8,
-            trim=float(trim) if isinstance(trim, int | float) else 0.1,
-            weights=weights if isinstance(weights, str | dict) else "pearson",
-            bounds_on="paired" if bounds_on == "paired" else "all",
-            fixed_weights=fixed,
-        )
+            for j in self.judges
+        }
 
     def k_of(self, system: str) -> int:
         """The retrieval depth of a system (for recall@k and rank plots)."""
-        return self.cube_options().k_for(system)
+        return k_of(self.aggregate_options(), system)
+
+    def across(self, system: str) -> dict[str, Any]:
+        """``summary["across_judges"][system]`` or an empty dict."""
+        block = _get(self.summary, "across_judges", system)
+        return block if isinstance(block, dict) else {}
+
+    def headline_judges(self, system: str) -> list[str]:
+        """The judges the summary's across-judge figures of ``system`` average.
+
+        ``across_judges.<system>.judges`` when recorded (CUBE_METHOD.md section
+        10), else (older summaries) every judge; in both cases only the judges
+        whose CuBE of ``system`` is defined, as the cross-judge mean skips the
+        others.
+        """
+        listed = self.across(system).get("judges")
+        names = listed if isinstance(listed, list) else self.judges
+        return [
+            j
+            for j in self.judges
+            if j in names and num(_get(self.judge_block(j), "cube", system)) is not None
+        ]
+
+    def excluded(self, system: str) -> dict[str, str]:
+        """Judges left out of the headline of ``system`` and why (as recorded)."""
+        block = self.across(system).get("excluded")
+        if not isinstance(block, dict):
+            return {}
+        return {str(j): str(why) for j, why in block.items()}
+
+    def no_verdict(self, system: str) -> str | None:
+        """The recorded reason why ``system`` has no across-judge figure, if any."""
+        reason = self.across(system).get("reason")
+        if isinstance(reason, str) and reason:
+            return reason
+        if "judges" in self.across(system) and not self.headline_judges(system):
+            return "no judge separates the bounds"
+        return None
+
+    def separation(self, judge: str, system: str) -> dict[str, Any]:
+        """``bound_separation.<system>.weighted`` of a judge, or an empty dict."""
+        cell = _get(self.judge_block(judge), "bound_separation", system, WEIGHTED)
+        return cell if isinstance(cell, dict) else {}
+
+
+_OPTION_WORDS = {
+    "k": "retrieval depth k",
+    "trim": "trim proportion",
+    "weights": "weights",
+    "bounds_on": "bounds_on",
+    "min_gap": "minimum bound gap",
+    "alpha": "separation test level alpha",
+    "require_separation": "require_separation",
+}
+
+
+def read_options(
+    parameters: Mapping[str, Any], *, path: Path | None = None
+) -> tuple[AggregateOptions, list[str]]:
+    """:class:`AggregateOptions` from a summary's ``parameters`` block.
+
+    Keys that are not options (e.g. ``min_span``) are ignored. An option the
+    summary does not record (a summary written before it existed) takes the
+    model's default, and a note says so; a recorded value that is not valid is
+    an error, not a silent default.
+
+    Args:
+        parameters: ``summary["parameters"]``.
+        path: The summary's path, named in errors.
+
+    Returns:
+        The options and the notes about defaults the report assumed.
+
+    Raises:
+        InputError: A recorded option has an invalid value.
+
+    Examples:
+        >>> opts, notes = read_options({"k": 4, "trim": 0.2, "min_span": 1e-9})
+        >>> opts.k, opts.trim, opts.weights
+        (4, 0.2, 'pearson')
+        >>> [n.split(" (")[0] for n in notes if "weights" in n]
+        ['summary.json does not record weights']
+    """
+    fields = AggregateOptions.model_fields
+    given = {k: v for k, v in parameters.items() if k in fields}
+    try:
+        options = AggregateOptions.model_validate(given)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field_name = ".".join(str(p) for p in err["loc"]) or "parameters"
+        raise InputError(
+            f"summary.json parameters.{field_name} = "
+            f"{given.get(str(err['loc'][0]))!r} is not a valid aggregation "
+            f"option: {err['msg']}. Re-create the summary with `cube-ray aggregate`.",
+            path=str(path) if path else None,
+            field=f"parameters.{field_name}",
+        ) from exc
+    missing = [k for k in fields if k not in parameters]
+    notes: list[str] = []
+    if missing and not parameters:
+        notes.append(
+            "summary.json records no aggregation parameters (an older summary): "
+            "the report recomputed the intervals with the defaults "
+            + ", ".join(f"{k}={getattr(options, k)!r}" for k in fields)
+        )
+    else:
+        notes.extend(
+            f"summary.json does not record {_OPTION_WORDS.get(k, k)} (an older "
+            f"summary): the report assumed the default {k}={getattr(options, k)!r}"
+            for k in missing
+        )
+    return options, notes
 
 
 def _get(obj: Any, *keys: str) -> Any:

@@ -6,6 +6,7 @@ CSV columns: ``question_id, system, dimension, score`` and optionally
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import numpy as np
 import polars as pl
 
 from cube_ray import schema
+from cube_ray.aggregate import AggregateOptions
 from cube_ray.errors import InputError
-from cube_ray.report._cube import CubeOptions, evaluate_replicates
+from cube_ray.report._cube import FixedWeights, evaluate_replicates
 from cube_ray.report._stats import krippendorff_alpha_interval, pair_stats
 
 __all__ = [
@@ -126,9 +128,15 @@ def compare_with_humans(
     scores: pl.DataFrame,
     judges: list[str],
     dimensions: list[str],
-    options: CubeOptions,
+    options: AggregateOptions,
+    fixed_weights: FixedWeights | None = None,
+    headline_judges: Mapping[str, Sequence[str]] | None = None,
 ) -> HumanComparison:
-    """Per-judge Pearson/Spearman/MAE against humans; humans' CuBE."""
+    """Per-judge Pearson/Spearman/MAE against humans; humans' CuBE.
+
+    The jury's CuBE on the rated questions averages ``headline_judges`` (per
+    system; default every judge), as the headline does.
+    """
     human = _human_scores(ratings)
     keys = [schema.QUESTION_ID, schema.SYSTEM, schema.DIMENSION]
     rows: list[dict[str, object]] = []
@@ -224,7 +232,9 @@ def compare_with_humans(
                 sub_answers,
                 scores.filter(pl.col(schema.QUESTION_ID).is_in(rated_q.implode())),
                 options=options,
+                fixed_weights=fixed_weights,
                 dimensions=dimensions,
+                judges=headline_judges,
             )
             for si, system in enumerate(hum.systems):
                 n_q = (

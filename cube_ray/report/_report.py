@@ -13,12 +13,15 @@ import numpy as np
 import polars as pl
 
 from cube_ray import __version__, schema
+from cube_ray.aggregate import rank_scores
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
 from cube_ray.report._cube import (
+    DEFAULT_INTERVAL,
     WEIGHTED,
     BootstrapResult,
     CubeReplicates,
+    IntervalMethod,
     bootstrap_cube,
     evaluate_replicates,
     masked_pearson,
@@ -39,7 +42,15 @@ from cube_ray.report._render import (
 from cube_ray.report._stats import judge_agreement, pair_stats
 from cube_ray.report._text import bleu, rouge_l
 
-__all__ = ["ReportPaths", "build_sections", "write_comparison", "write_report"]
+__all__ = [
+    "NO_VERDICT",
+    "ReportPaths",
+    "build_sections",
+    "check_recomputation",
+    "write_comparison",
+    "write_report",
+]
+
 
 WORST_N = 10
 """Rows of each worst-case table."""
@@ -113,41 +124,125 @@ def _ranks(answers: pl.DataFrame, system: str) -> np.ndarray[Any, np.dtype[np.fl
 # --------------------------------------------------------------------------
 
 
+NO_VERDICT = "no verdict"
+"""What the headline shows instead of a number when no judge separates the bounds."""
+
+
+def _plain_list(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``.
+
+    >>> _plain_list(["a"]), _plain_list(["a", "b", "c"])
+    ('a', 'a, b and c')
+    """
+    names = list(names)
+    if len(names) <= 1:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _left_out(run: RunData, system: str) -> list[tuple[str, str]]:
+    """``(judge, why)`` for every judge not in the headline of ``system``."""
+    used = set(run.headline_judges(system))
+    recorded = run.excluded(system)
+    out = []
+    for judge in run.judges:
+        if judge in used:
+            continue
+        why = recorded.get(judge)
+        sep = run.separation(judge, system)
+        gap, p = num(sep.get("gap")), num(sep.get("p_value"))
+        if why is not None:
+            # The aggregation's own words; add the test's p-value if they lack it.
+            if p is not None and "p =" not in why:
+                why += f" (one-sided Wilcoxon p = {fmt(p, 3)})"
+        elif gap is not None or p is not None:
+            why = (
+                f"its answers with the gold document scored {fmt(gap, 2)} points "
+                f"above its answers without context (p = {fmt(p, 3)})"
+            )
+        elif num(_judge_value(run, judge, "cube", system)) is None:
+            why = "its CuBE is undefined (degenerate bounds or missing scores)"
+        else:
+            why = "not among the judges the summary used"
+        out.append((judge, why))
+    return out
+
+
+def _jury_sentence(run: RunData, system: str) -> str:
+    """The headline's account of the jury, in words for a decision maker."""
+    used = run.headline_judges(system)
+    left = _left_out(run, system)
+    verdict = run.no_verdict(system)
+    if verdict is not None:
+        text = (
+            f"{system}: {NO_VERDICT} — {verdict}. None of the judges scored answers "
+            "written from the gold document clearly above answers written without "
+            "any context, so the scale from 0 (no context) to 100 (gold document) "
+            "has no meaning for this jury and no CuBE is shown."
+        )
+    else:
+        text = (
+            f"{system}: the headline averages {len(used)} judge(s): "
+            f"{_plain_list(used)}."
+        )
+        if "judges" not in run.across(system):
+            text += (
+                " (This summary predates the check that each judge separates the "
+                "bounds; every judge with a defined CuBE is used. Re-run "
+                "cube-ray aggregate to apply it.)"
+            )
+        if left:
+            text += (
+                " Left out because a judge that cannot tell a grounded answer from "
+                "no answer cannot place the system between the two:"
+            )
+    for judge, why in left:
+        text += f" {judge}: {why}."
+    return text
+
+
 def _headline(
     run: RunData,
     boot: Mapping[str, BootstrapResult],
-    rep: CubeReplicates | None,
     notes: list[Para],
 ) -> Section:
     sec = Section("headline", "Headline")
     rows = []
+    detail_rows = []
     for system in run.systems:
+        verdict = run.no_verdict(system)
         mean, sd = _across(run, system, "cube")
         wmean, wsd = _across(run, system, "weighted")
         recall = _recall(run, system)
-        b = boot.get(system)
+        b = boot.get(system) if verdict is None else None
         ci = b.cube if b else None
         k = run.k_of(system)
-        n_judges = sum(
-            1
-            for j in run.judges
-            if num(_judge_value(run, j, "cube", system)) is not None
-        )
-        sec.blocks.append(
-            HeadlineCard(
+        used = run.headline_judges(system)
+        if verdict is not None:
+            card = HeadlineCard(
+                system=system,
+                cube=NO_VERDICT,
+                spread=verdict,
+                interval="no interval: there is no figure to bound",
+                details=[
+                    (f"recall@{k}", fmt(recall, 3)),
+                    ("judges used", "none"),
+                ],
+            )
+            row = [system, NO_VERDICT, "n/a", "n/a", fmt(recall, 3), "n/a", "n/a"]
+        else:
+            card = HeadlineCard(
                 system=system,
                 cube=fmt(mean),
-                spread=f"± {fmt(sd)} SD across {n_judges} judges",
+                spread=f"± {fmt(sd)} SD across {len(used)} judges",
                 interval=f"95% bootstrap CI {_interval(ci)}",
                 details=[
                     (f"recall@{k}", fmt(recall, 3)),
                     ("weighted bounded score", f"{fmt(wmean)} ± {fmt(wsd)}"),
-                    ("judges", str(n_judges)),
+                    ("judges used", ", ".join(used) or "none"),
                 ],
             )
-        )
-        rows.append(
-            [
+            row = [
                 system,
                 fmt(mean, 2),
                 fmt(sd, 2),
@@ -156,16 +251,35 @@ def _headline(
                 fmt(wmean, 2),
                 fmt(wsd, 2),
             ]
+        sec.blocks.append(card)
+        rows.append(row)
+        detail_rows.append(
+            [
+                system,
+                ", ".join(used) or "none",
+                "; ".join(f"{j}: {why}" for j, why in _left_out(run, system)) or "none",
+                b.method if b else "n/a",
+                f"{b.n_defined} of {b.n_resamples}" if b else "n/a",
+            ]
         )
     sec.blocks.append(
         Para(
             "CuBE = normalised weighted score × recall@k, where the normalised score "
             "places the system between answers written without context (zero = 0) "
             "and answers written from the gold document alone (full = 100). "
-            "Mean ± SD across judges; the interval resamples questions.",
+            "Mean ± SD across the judges used; the interval resamples questions "
+            "with the judges held fixed: it says how much the figure would move "
+            "with another draw of questions like these, not with another jury.",
             "note",
         )
     )
+    for system in run.systems:
+        sec.blocks.append(
+            Para(
+                _jury_sentence(run, system),
+                "warn" if run.no_verdict(system) or _left_out(run, system) else "note",
+            )
+        )
     sec.blocks.extend(notes)
     recorded = run.summary.get("notes")
     if isinstance(recorded, list):
@@ -194,8 +308,30 @@ def _headline(
             numeric=frozenset(range(1, 7)),
         )
     )
+    sec.blocks.append(
+        Table(
+            [
+                "system",
+                "judges used (held fixed)",
+                "judges left out",
+                "interval",
+                "defined replicates",
+            ],
+            detail_rows,
+            caption="Who the headline averages and how its interval was computed "
+            "(a replicate is defined when every judge used has a CuBE in it)",
+            anchor="headline-jury",
+        )
+    )
+    # Only the judges of each headline get a marker: the others are in the
+    # per-judge tables, not in the figure a reader takes as the result.
     per_judge = {
-        j: {s: num(_judge_value(run, j, "cube", s)) for s in run.systems}
+        j: {
+            s: num(_judge_value(run, j, "cube", s))
+            if j in run.headline_judges(s)
+            else None
+            for s in run.systems
+        }
         for j in run.judges
     }
     sec.blocks.append(
@@ -204,8 +340,18 @@ def _headline(
             "CuBE per system and judge",
             _plots.cube_chart(
                 per_judge,
-                {s: _across(run, s, "cube")[0] for s in run.systems},
-                {s: (boot[s].cube if s in boot else (None, None)) for s in run.systems},
+                {
+                    s: None if run.no_verdict(s) else _across(run, s, "cube")[0]
+                    for s in run.systems
+                },
+                {
+                    s: (
+                        boot[s].cube
+                        if s in boot and not run.no_verdict(s)
+                        else (None, None)
+                    )
+                    for s in run.systems
+                },
                 systems=run.systems,
                 judges=run.judges,
             ),
@@ -213,7 +359,6 @@ def _headline(
             "intervals and one marker per judge.",
         )
     )
-    _ = rep
     return sec
 
 
@@ -428,15 +573,13 @@ def _correlations(
     assert run.scores is not None
     out = {}
     for system in run.systems:
-        ans = run.answers.filter(pl.col(schema.SYSTEM) == system)
-        k = run.k_of(system)
-        rank = ans.get_column(schema.RANK).fill_null(0).cast(pl.Float64)
-        n_ret = ans.get_column(schema.RETRIEVED_DOC_IDS).list.len().fill_null(0)
-        rs = pl.when(rank >= 1).then(k + 2 - rank).otherwise(0.0) + pl.when(
-            (rank == 1) & (n_ret == 1)
-        ).then(1.0).otherwise(0.0)
-        frame = ans.select(schema.QUESTION_ID).with_columns(
-            pl.select(rs.alias("rs")).to_series(), rank.alias("rank")
+        ans = run.answers.filter(pl.col(schema.SYSTEM) == system).with_columns(
+            pl.col(schema.RANK).fill_null(0)
+        )
+        frame = rank_scores(ans, k=run.k_of(system)).select(
+            schema.QUESTION_ID,
+            pl.col("rank_score").cast(pl.Float64).alias("rs"),
+            pl.col(schema.RANK).cast(pl.Float64).alias("rank"),
         )
         all_m = np.full((len(run.judges), len(run.dimensions)), np.nan)
         ret_m = np.full_like(all_m, np.nan)
@@ -628,7 +771,9 @@ def _humans(run: RunData, path: str | Path) -> Section:
         scores=run.scores,
         judges=run.judges,
         dimensions=run.dimensions,
-        options=run.cube_options(),
+        options=run.aggregate_options(),
+        fixed_weights=run.fixed_weights(),
+        headline_judges={s: run.headline_judges(s) for s in run.systems},
     )
     sec.blocks.append(
         Para(
@@ -914,6 +1059,90 @@ def _details(run: RunData, boot_meta: str) -> Section:
     return sec
 
 
+def check_recomputation(run: RunData, rep: CubeReplicates) -> None:
+    """Fail unless the report's recomputation reproduces ``summary.json``.
+
+    The intervals are only intervals *of the headline* if the vectorised
+    recomputation gives the summary's figures on the questions as drawn: every
+    judge's CuBE (a value on one side and none on the other is a mismatch too)
+    and the across-judge mean of the judges used.
+
+    Raises:
+        InputError: Naming the first figures that differ.
+    """
+    problems: list[str] = []
+    for si, system in enumerate(rep.systems):
+        for ji, judge in enumerate(rep.judges):
+            if judge not in run.judges:
+                continue
+            recorded = num(_judge_value(run, judge, "cube", system))
+            ours = float(rep.cube[ji, si, 0])
+            mine = ours if np.isfinite(ours) else None
+            if (recorded is None) != (mine is None) or (
+                recorded is not None
+                and mine is not None
+                and abs(recorded - mine) > 1e-6 * max(1.0, abs(recorded))
+            ):
+                problems.append(
+                    f"judge {judge}, {system}: summary CuBE {fmt(recorded, 6)}, "
+                    f"recomputed {fmt(mine, 6)}"
+                )
+        if run.no_verdict(system) is None:
+            recorded = _across(run, system, "cube")[0]
+            ours = float(rep.cube_mean[si, 0])
+            if recorded is not None and not (
+                np.isfinite(ours)
+                and abs(recorded - ours) <= 1e-6 * max(1.0, abs(recorded))
+            ):
+                problems.append(
+                    f"{system}: summary across-judge CuBE {fmt(recorded, 6)}, "
+                    f"recomputed over {', '.join(run.headline_judges(system))} "
+                    f"{fmt(ours, 6)}"
+                )
+    if problems:
+        raise InputError(
+            "summary.json does not match the answers and scores tables beside it ("
+            + "; ".join(problems[:3])
+            + (f"; {len(problems) - 3} more" if len(problems) > 3 else "")
+            + "), so no interval of its figures can be computed. Re-create the "
+            f"summary from these tables with `cube-ray aggregate {run.run_dir}`.",
+            path=str(run.run_dir / "summary.json"),
+        )
+
+
+def _recompute(
+    run: RunData, *, n_resamples: int, seed: int, interval: IntervalMethod
+) -> tuple[CubeReplicates | None, dict[str, BootstrapResult]]:
+    """The checked recomputation on the questions as drawn, and the intervals.
+
+    Both are empty without the answers and scores tables (or systems).
+
+    Raises:
+        InputError: See :func:`check_recomputation`.
+    """
+    if run.answers is None or run.scores is None or not run.systems:
+        return None, {}
+    common: dict[str, Any] = {
+        "options": run.aggregate_options(),
+        "fixed_weights": run.fixed_weights(),
+        "dimensions": run.dimensions,
+        "judges": {s: run.headline_judges(s) for s in run.systems},
+    }
+    rep = evaluate_replicates(run.answers, run.scores, **common)
+    check_recomputation(run, rep)
+    boot: dict[str, BootstrapResult] = {}
+    if n_resamples > 0:
+        boot = bootstrap_cube(
+            run.answers,
+            run.scores,
+            n_resamples=n_resamples,
+            seed=seed,
+            method=interval,
+            **common,
+        )
+    return rep, boot
+
+
 def build_sections(
     run: RunData,
     *,
@@ -921,45 +1150,18 @@ def build_sections(
     baselines: bool = False,
     n_resamples: int = 1000,
     seed: int = 0,
+    interval: IntervalMethod = DEFAULT_INTERVAL,
 ) -> list[Section]:
-    """All sections of the report of one run."""
-    boot: dict[str, BootstrapResult] = {}
-    rep: CubeReplicates | None = None
-    notes: list[Para] = []
+    """All sections of the report of one run.
+
+    Raises:
+        InputError: The summary's figures cannot be reproduced from the tables
+            (see :func:`check_recomputation`).
+    """
+    notes = [Para(n, "note") for n in run.option_notes()]
     tables = run.answers is not None and run.scores is not None
-    if tables and run.systems:
-        assert run.answers is not None
-        assert run.scores is not None
-        options = run.cube_options()
-        rep = evaluate_replicates(
-            run.answers, run.scores, options=options, dimensions=run.dimensions
-        )
-        diffs = [
-            abs(float(rep.cube[ji, si, 0]) - v)
-            for ji, j in enumerate(rep.judges)
-            for si, s in enumerate(rep.systems)
-            if (v := num(_judge_value(run, j, "cube", s))) is not None
-            and np.isfinite(rep.cube[ji, si, 0])
-        ]
-        if diffs and max(diffs) > 1e-6:
-            notes.append(
-                Para(
-                    "The bootstrap's recomputation of CuBE differs from summary.json "
-                    f"by up to {max(diffs):.3g}: the summary may have used options the "
-                    "report could not read; treat the interval as approximate.",
-                    "warn",
-                )
-            )
-        if n_resamples > 0:
-            boot = bootstrap_cube(
-                run.answers,
-                run.scores,
-                n_resamples=n_resamples,
-                seed=seed,
-                options=options,
-                dimensions=run.dimensions,
-            )
-    elif not tables:
+    rep, boot = _recompute(run, n_resamples=n_resamples, seed=seed, interval=interval)
+    if not tables:
         notes.append(
             Para(
                 "answers/ or scores/ is missing: no bootstrap interval, plots of "
@@ -967,7 +1169,7 @@ def build_sections(
                 "warn",
             )
         )
-    sections = [_headline(run, boot, rep, notes), _per_judge(run, rep)]
+    sections = [_headline(run, boot, notes), _per_judge(run, rep)]
     for part in (
         _distributions(run),
         _retrieval(run),
@@ -981,7 +1183,8 @@ def build_sections(
         if part is not None:
             sections.append(part)
     meta = (
-        f"{n_resamples} resamples of the questions, seed {seed}, percentile interval"
+        f"{n_resamples} resamples of the questions, seed {seed}, {interval} "
+        "interval, judges held fixed"
         if boot
         else "not computed"
     )
@@ -1011,6 +1214,7 @@ def write_report(
     baselines: bool = False,
     n_resamples: int = 1000,
     seed: int = 0,
+    interval: IntervalMethod = DEFAULT_INTERVAL,
 ) -> ReportPaths:
     """Write ``report.html`` and ``report.md`` for a run directory.
 
@@ -1023,6 +1227,7 @@ def write_report(
         baselines: Add character-level BLEU / ROUGE-L against the full answers.
         n_resamples: Bootstrap resamples (0 disables the interval).
         seed: Bootstrap seed.
+        interval: ``bca`` or ``percentile`` (see BENCHMARKS.md, validity).
 
     Returns:
         The paths written.
@@ -1038,6 +1243,7 @@ def write_report(
         baselines=baselines,
         n_resamples=n_resamples,
         seed=seed,
+        interval=interval,
     )
     out = Path(out_dir) if out_dir is not None else run.run_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -1062,6 +1268,7 @@ def write_comparison(
     out: str | Path,
     n_resamples: int = 1000,
     seed: int = 0,
+    interval: IntervalMethod = DEFAULT_INTERVAL,
 ) -> Path:
     """Write one HTML page comparing several runs (and its ``.md`` twin).
 
@@ -1070,6 +1277,7 @@ def write_comparison(
         out: The HTML file to write; the Markdown goes beside it (``.md``).
         n_resamples: Bootstrap resamples per run (0 disables intervals).
         seed: Bootstrap seed.
+        interval: ``bca`` or ``percentile``.
 
     Returns:
         The HTML path.
@@ -1089,37 +1297,32 @@ def write_comparison(
     dims: list[str] = []
     for run, name in zip(runs, names, strict=True):
         dims.extend(d for d in run.dimensions if d not in dims)
-        boot: dict[str, BootstrapResult] = {}
-        if run.answers is not None and run.scores is not None and n_resamples > 0:
-            boot = bootstrap_cube(
-                run.answers,
-                run.scores,
-                n_resamples=n_resamples,
-                seed=seed,
-                options=run.cube_options(),
-                dimensions=run.dimensions,
-            )
+        _, boot = _recompute(run, n_resamples=n_resamples, seed=seed, interval=interval)
         for system in run.systems:
             label = f"{name}:{system}"
             labels.append(label)
+            verdict = run.no_verdict(system)
+            used = run.headline_judges(system)
             mean, sd = _across(run, system, "cube")
-            means[label] = mean
-            intervals[label] = boot[system].cube if system in boot else (None, None)
+            means[label] = None if verdict else mean
+            intervals[label] = (
+                boot[system].cube if system in boot and not verdict else (None, None)
+            )
             for j in run.judges:
-                per_label.setdefault(j, {})[label] = num(
-                    _judge_value(run, j, "cube", system)
+                per_label.setdefault(j, {})[label] = (
+                    num(_judge_value(run, j, "cube", system)) if j in used else None
                 )
             wmean, wsd = _across(run, system, "weighted")
             rows.append(
                 [
                     name,
                     system,
-                    fmt(mean, 2),
+                    NO_VERDICT if verdict else fmt(mean, 2),
                     fmt(sd, 2),
                     _interval(intervals[label], 2),
                     fmt(_recall(run, system), 3),
                     f"{fmt(wmean)} ± {fmt(wsd)}",
-                    ", ".join(run.judges),
+                    ", ".join(used) or "none",
                 ]
             )
     dim_rows = []
@@ -1143,10 +1346,11 @@ def write_comparison(
                 "95% CI",
                 "recall@k",
                 "weighted",
-                "judges",
+                "judges used",
             ],
             rows,
-            caption="Headline figures per run and system",
+            caption="Headline figures per run and system (interval: judges held "
+            f"fixed, {interval})",
             anchor="comparison-table",
             numeric=frozenset({2, 3, 4, 5, 6}),
         )

@@ -20,8 +20,8 @@ import pytest
 from scipy import stats
 
 from cube_ray import schema
+from cube_ray.aggregate import AggregateOptions
 from cube_ray.report import (
-    CubeOptions,
     bootstrap_cube,
     evaluate_replicates,
     masked_pearson,
@@ -159,7 +159,9 @@ def test_bootstrap_replicates_match_direct_resampling(
                 np.mean([v for (_, s), v in direct.items() if s == system])
             )
     # The interval is the percentile interval of exactly these replicates.
-    boot = bootstrap_cube(answers, scores, n_resamples=n_resamples, seed=seed)
+    boot = bootstrap_cube(
+        answers, scores, n_resamples=n_resamples, seed=seed, method="percentile"
+    )
     for system, values in direct_means.items():
         lo, hi = np.quantile(values, [0.025, 0.975])
         assert boot[system].cube == pytest.approx((lo, hi), abs=1e-9)
@@ -306,7 +308,7 @@ def _tiny(
 def test_three_row_literal_frames() -> None:
     # rank 1 with only the gold document retrieved earns the +1 bonus (k=8: 10).
     answers, scores = _tiny([1, 3, 0], [1, 8, 8], [9.0, 7.0, 1.0])
-    rep = evaluate_replicates(answers, scores, options=CubeOptions(trim=0.0))
+    rep = evaluate_replicates(answers, scores, options=AggregateOptions(trim=0.0))
     expected_r = np.corrcoef([10.0, 7.0, 0.0], [9.0, 7.0, 1.0])[0, 1]
     assert rep.correlations[0, 0, 0, 0] == pytest.approx(expected_r)
     assert rep.recall[0, 0] == pytest.approx(2 / 3)
