@@ -1151,8 +1151,12 @@ class _Driver:
 
     # -- the stages ----------------------------------------------------------------
 
-    def documents(self) -> str:
-        """Validate and write documents; returns the corpus fingerprint."""
+    def stage_documents(self) -> tuple[Path, str, pa.Table | None]:
+        """Validate the corpus (and question file) into a staging folder.
+
+        The folder is beside the run dir, which stays untouched; returns it,
+        the corpus fingerprint and the question file's table.
+        """
         cfg = self.config
         parent = self.run_dir.parent
         parent.mkdir(parents=True, exist_ok=True)
@@ -1188,6 +1192,14 @@ class _Driver:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        self.stats[DOCUMENTS] = StageStats(
+            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
+        )
+        return staging, fingerprint, questions
+
+    def documents(self, staged: tuple[Path, str, pa.Table | None]) -> str:
+        """Move staged documents into the run dir; returns the corpus fingerprint."""
+        staging, fingerprint, questions = staged
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _heal_swaps(self.run_dir)
         target = self.table_dir(DOCUMENTS)
@@ -1199,9 +1211,6 @@ class _Driver:
             _swap_dir(staging, target)
         if questions is not None:
             self._write_question_file(questions)
-        self.stats[DOCUMENTS] = StageStats(
-            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
-        )
         return fingerprint
 
     def _old_manifest(self) -> dict[str, Any]:
@@ -1582,14 +1591,21 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     started = _utc()
     run_dir = options.run_dir
     manifest_path = run_dir / "manifest.json"
-    owned = connect_ray(config, options.address)
+    staged = driver.stage_documents()  # a bad corpus fails before Ray starts
+    try:
+        owned = connect_ray(config, options.address)
+    except BaseException:
+        shutil.rmtree(staged[0], ignore_errors=True)
+        raise
     try:
         try:
             preflight(config, run_dir=run_dir, say=_say_preflight)
-        except ResourceWaitError as exc:
-            _record_stop(manifest_path, config, started, "resource_timeout", exc)
+        except BaseException as exc:
+            shutil.rmtree(staged[0], ignore_errors=True)
+            if isinstance(exc, ResourceWaitError):
+                _record_stop(manifest_path, config, started, "resource_timeout", exc)
             raise
-        corpus_fp = driver.documents()
+        corpus_fp = driver.documents(staged)
         manifest: dict[str, Any] = {
             "status": "running",
             "config": config.model_dump(mode="json"),
