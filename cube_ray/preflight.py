@@ -182,7 +182,13 @@ def _missing(nodes: list[NodeShape], demand: PoolDemand) -> str:
     """The resource(s) that keep ``demand`` off every node, in words."""
     parts = []
     for name, need in sorted(demand.per_actor.items()):
-        best = max((n.resources.get(name, 0.0) for n in nodes), default=0.0)
+        best = max(
+            (
+                math.inf if name in n.unknown else n.resources.get(name, 0.0)
+                for n in nodes
+            ),
+            default=0.0,
+        )
         if best + _EPS < need:
             if best == 0:
                 parts.append(f"no node offers {name!r}")
