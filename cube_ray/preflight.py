@@ -70,6 +70,8 @@ AUTOSCALER_CONFIG_ENV = "CUBE_RAY_AUTOSCALER_CONFIG"
 """Environment variable naming the autoscaler's cluster YAML (its node types)."""
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 """Where ``ray up`` leaves the autoscaler's config on the head node."""
+PROBE_TIMEOUT_S = 180
+"""How long a probe task pinned to a node may take (a worker process start)."""
 _SCALAR = ("CPU", "GPU")
 _EPS = 1e-9
 
@@ -507,7 +509,18 @@ def _on_each_node(
         for n in nodes
         if n.node_id is not None
     }
-    return {name: ray.get(ref, timeout=120) for name, ref in refs.items()}
+    out: dict[str, Any] = {}
+    for name, ref in refs.items():
+        try:
+            out[name] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
+        except Exception as exc:  # a node that cannot run a task fails the check
+            msg = (
+                f"node {name} did not run a probe task within {PROBE_TIMEOUT_S} s "
+                f"({type(exc).__name__}); check the node (ray status, its raylet "
+                "log) or remove it"
+            )
+            raise ClusterError(msg) from exc
+    return out
 
 
 def _paths_exist(paths: tuple[str, ...]) -> list[str]:

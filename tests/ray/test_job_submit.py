@@ -40,7 +40,7 @@ from tests.pipeline_helpers import (
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-N_DOCS = 8
+N_DOCS = 4
 BIN = Path(sys.executable).parent
 psutil = pytest.importorskip("psutil")
 
@@ -235,16 +235,25 @@ def _status(c: RayProcesses, job_id: str) -> str:
     return "UNKNOWN: " + proc.stdout + proc.stderr
 
 
-def _wait(c: RayProcesses, job_id: str, deadline: float) -> str:
+def _logs(c: RayProcesses, job_id: str) -> str:
+    return c.ray("job", "logs", "--address", c.dashboard, job_id).stdout
+
+
+def _wait(c: RayProcesses, job_id: str, deadline: float, run_dir: Path) -> str:
+    status = "UNKNOWN"
     while time.monotonic() < deadline:
         status = _status(c, job_id)
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):
             return status
         time.sleep(3)
-    raise AssertionError(f"job {job_id} still {status} at the deadline")
+    parts = sorted(p.name for p in run_dir.rglob("part-*"))
+    raise AssertionError(
+        f"job {job_id} still {status} at the deadline; parts {parts}\n"
+        + _logs(c, job_id)[-20000:]
+    )
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_job_submit_survives_a_killed_worker(
     cluster: RayProcesses, tmp_path: Path
 ) -> None:
@@ -255,8 +264,9 @@ def test_job_submit_survives_a_killed_worker(
         tmp_path,
         corpus,
         qa,
-        judge_latency=0.3,
-        judge_batch=4,
+        judges=1,
+        judge_latency=0.5,
+        judge_batch=2,
         judge_resources={"judge": 1},
         generator_resources={"generator": 1},
         ray_options={"node_loss_wait_s": 20},
@@ -273,26 +283,26 @@ def test_job_submit_survives_a_killed_worker(
         check=False,
     )
     assert anonymous.returncode != 0
+    assert "authentication token" in anonymous.stdout + anonymous.stderr
 
-    deadline = time.monotonic() + 720
+    # Generous for a loaded 2-core machine; on an idle one this takes minutes.
+    deadline = time.monotonic() + 1500
     _submit(c, "cube-1", cfg, run_dir)
     while not part_files(run_dir / "scores", "scores:j1"):
         assert time.monotonic() < deadline, "no judge rows before the deadline"
         status = _status(c, "cube-1")
-        assert status in ("RUNNING", "PENDING"), c.ray(
-            "job", "logs", "--address", c.dashboard, "cube-1"
-        ).stdout
+        assert status in ("RUNNING", "PENDING"), _logs(c, "cube-1")
         time.sleep(0.5)
     c.kill_node(c.node_with_actor())
-    status = _wait(c, "cube-1", deadline)
-    logs = c.ray("job", "logs", "--address", c.dashboard, "cube-1").stdout
+    status = _wait(c, "cube-1", deadline, run_dir)
+    logs = _logs(c, "cube-1")
     if status != "SUCCEEDED":  # resubmitting the same command resumes the run
         _submit(c, "cube-2", cfg, run_dir)
-        status = _wait(c, "cube-2", deadline)
-        logs = c.ray("job", "logs", "--address", c.dashboard, "cube-2").stdout
+        status = _wait(c, "cube-2", deadline, run_dir)
+        logs = _logs(c, "cube-2")
     assert status == "SUCCEEDED", logs
-    assert "cube-ray: preflight: 4 pools fit" in logs
+    assert "cube-ray: preflight: 3 pools fit" in logs
     assert f"manifest: {run_dir / 'manifest.json'}" in logs
-    assert_complete(run_dir, N_DOCS, judges=2)
+    assert_complete(run_dir, N_DOCS, judges=1)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete"
