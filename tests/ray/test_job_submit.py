@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ class RayProcesses:
     def __init__(self) -> None:
         # Short: Ray puts Unix sockets under it (at most 107 characters).
         self.temp_dir = Path(tempfile.mkdtemp(prefix="crj-", dir="/tmp"))
-        token = self.temp_dir / "auth_token"
+        token = self.token = self.temp_dir / "auth_token"
         token.write_text(secrets.token_hex(32))
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env.update(
@@ -245,11 +246,13 @@ def _submit(c: RayProcesses, job_id: str, cfg: Path, run_dir: Path) -> None:
 
 
 def _status(c: RayProcesses, job_id: str) -> str:
-    proc = c.ray("job", "status", "--address", c.dashboard, job_id)
-    for word in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING"):
-        if word in proc.stdout:
-            return word
-    return "UNKNOWN: " + proc.stdout + proc.stderr
+    """The job's status from the job server's REST API, with the token."""
+    request = urllib.request.Request(
+        f"{c.dashboard}/api/jobs/{job_id}",
+        headers={"Authorization": f"Bearer {c.token.read_text().strip()}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return str(json.loads(response.read())["status"])
 
 
 def _logs(c: RayProcesses, job_id: str) -> str:
