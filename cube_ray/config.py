@@ -23,9 +23,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.aggregate._options import AggregateOptions, BoundsOptions
-from cube_ray.engines.config import EngineConfig, FakeEngineConfig
+from cube_ray.engines.config import (
+    EngineConfig,
+    FakeEngineConfig,
+    OpenAIHttpEngineConfig,
+)
 from cube_ray.errors import ConfigError
-from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
+from cube_ray.prompts import DEFAULT_DIMENSIONS, check_template, default_rubric
 from cube_ray.systems.config import SystemConfig
 
 __all__ = [
@@ -298,6 +302,12 @@ class RayConfig(StrictModel):
     (its heartbeat timeout), so the retry is not scheduled on it again."""
     progress: bool = True
     """Show a progress bar per stage."""
+    resource_wait_s: float = Field(default=600.0, ge=0)
+    """Before the first stage, wait up to this long for an autoscaler to add
+    the nodes a pool needs when no current node can host it (but one of the
+    autoscaler's node types can); then stop with exit code 3 and manifest
+    status ``resource_timeout``. A demand that no node and no node type can
+    meet fails at once (exit code 2)."""
 
 
 class PromptsConfig(StrictModel):
@@ -380,6 +390,22 @@ class RunConfig(StrictModel):
                 raise ValueError(msg)
         return self
 
+    @model_validator(mode="after")
+    def _checks_before_any_work(self) -> RunConfig:
+        """Rules that span sections, found at load time instead of at the end.
+
+        Each message names the fields (as dotted paths) and their values.
+        """
+        problems = [
+            *_aggregate_k_problems(self),
+            *_weights_problems(self),
+            *_judge_problems(self),
+            *_file_problems(self),
+        ]
+        if problems:
+            raise ValueError(_CROSS_PREFIX + f"\n{_ITEM}".join(problems))
+        return self
+
     def fingerprint(self) -> str:
         """A stable hash of the whole config (recorded in the manifest)."""
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
@@ -437,12 +463,167 @@ class RunConfig(StrictModel):
             raise ConfigError(_format_validation(exc, source)) from None
 
 
+_CROSS_PREFIX = "cross-field: "
+"""Marks the message of ``RunConfig._checks_before_any_work`` (its items name
+their own fields)."""
+_ITEM = "  - "
+
+
+def _aggregate_k_problems(config: RunConfig) -> list[str]:
+    """``aggregate.k`` against the systems' retrieval depth.
+
+    A system's gold ranks run 1..``k`` of that system, and rank scores are
+    ``k + 2 - rank`` (CUBE_METHOD.md section 3), so the aggregation's ``k`` of
+    a system must be that system's ``k``: a smaller one puts ranks outside
+    0..k (the aggregation refuses them after every LLM stage), a larger one
+    promises ranks retrieval never returns.
+    """
+    k = config.aggregate.k
+    if k is None:
+        return []
+    systems = {s.name: s.k for s in config.systems}
+    problems: list[str] = []
+    if isinstance(k, dict):
+        unknown = sorted(set(k) - set(systems))
+        missing = [name for name in systems if name not in k]
+        if unknown:
+            problems.append(
+                f"aggregate.k names systems {unknown}, which are not in systems "
+                f"({sorted(systems)}); use the systems' names as keys"
+            )
+        if missing:
+            problems.append(
+                f"aggregate.k has no entry for systems {missing}; give every "
+                "system a k, or omit aggregate.k to use each system's own k"
+            )
+        per_system = {name: v for name, v in k.items() if name in systems}
+        where = {name: f"aggregate.k.{name}" for name in k}
+    else:
+        per_system = dict.fromkeys(systems, k)
+        where = dict.fromkeys(systems, "aggregate.k")
+        if k < 1:
+            problems.append(f"aggregate.k is {k}; it must be >= 1")
+            return problems
+    for name, value in per_system.items():
+        if value < 1:
+            problems.append(f"{where[name]} is {value}; it must be >= 1")
+        elif value != systems[name]:
+            problems.append(
+                f"{where[name]} is {value} but systems[{name}].k is "
+                f"{systems[name]}: that system's gold ranks run 1..{systems[name]}, "
+                f"and rank scores k + 2 - rank need k = {systems[name]}; set "
+                f"{where[name]} to {systems[name]} or omit aggregate.k"
+            )
+    return problems
+
+
+def _weights_problems(config: RunConfig) -> list[str]:
+    """An explicit ``aggregate.weights`` mapping against judges and dimensions."""
+    weights = config.aggregate.weights
+    if isinstance(weights, str):
+        return []
+    dims = [d.name for d in config.dimensions]
+    judges = list(config.judges)
+    problems: list[str] = []
+
+    def check_map(table: dict[str, Any], where: str) -> None:
+        before = len(problems)
+        total = 0.0
+        for dim, w in table.items():
+            if dim not in dims:
+                problems.append(
+                    f"{where}.{dim}: {dim!r} is not a dimension (dimensions: "
+                    f"{dims}); use the dimensions' names as keys"
+                )
+            elif isinstance(w, bool) or not isinstance(w, int | float) or not w >= 0:
+                problems.append(f"{where}.{dim} is {w!r}; a weight is a number >= 0")
+            else:
+                total += w
+        if table and total <= 0 and len(problems) == before:
+            problems.append(f"{where}: the weights sum to 0; give one a positive")
+
+    nested = {k: v for k, v in weights.items() if isinstance(v, dict)}
+    if nested:
+        flat = sorted(set(weights) - set(nested))
+        if flat:
+            problems.append(
+                f"aggregate.weights mixes per-judge maps ({sorted(nested)}) with "
+                f"dimension weights ({flat}); give one {{dimension: weight}} map, "
+                "or one such map per judge"
+            )
+        for judge, table in nested.items():
+            if judge not in judges:
+                problems.append(
+                    f"aggregate.weights.{judge}: {judge!r} is not a judge (judges: "
+                    f"{judges}); use the judges' names as keys"
+                )
+            else:
+                check_map(table, f"aggregate.weights.{judge}")
+        missing = [j for j in judges if j not in nested]
+        if missing and not flat:
+            problems.append(
+                f"aggregate.weights is given per judge but not for judges "
+                f"{missing}; give every judge a map, or one map for all judges"
+            )
+    else:
+        check_map(weights, "aggregate.weights")
+    return problems
+
+
+def _judge_problems(config: RunConfig) -> list[str]:
+    """Judge settings that only fail inside an actor, after the other stages."""
+    problems: list[str] = []
+    for name, engine in config.judges.items():
+        if (
+            isinstance(engine, OpenAIHttpEngineConfig)
+            and engine.score_mode == "expected"
+            and not engine.logprobs
+        ):
+            problems.append(
+                f"judges.{name}.score_mode is 'expected' but judges.{name}.logprobs "
+                "is false: expected scores are read from the top logprobs; set "
+                f"judges.{name}.logprobs: true (if the endpoint returns them) or "
+                "score_mode: argmax"
+            )
+    return problems
+
+
+def _file_problems(config: RunConfig) -> list[str]:
+    """Prompt templates and rubrics exist, and templates use their placeholders."""
+    problems: list[str] = []
+    prompts = config.prompts
+    for kind, name in (
+        ("question", prompts.question),
+        ("answer", prompts.answer),
+        ("judge", prompts.judge),
+    ):
+        try:
+            check_template(name, kind)
+        except ConfigError as exc:
+            problems.append(f"prompts.{kind}: {exc}")
+    for i, dim in enumerate(config.dimensions):
+        try:
+            dim.rubric_text()
+        except ConfigError as exc:
+            field = "rubric_file" if dim.rubric_file is not None else "rubric"
+            problems.append(f"dimensions[{i}].{field}: {exc}")
+    return problems
+
+
 def _format_validation(exc: ValidationError, source: str) -> str:
-    lines = [f"config file {source!r} is invalid ({exc.error_count()} problem(s)):"]
+    lines: list[str] = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         kind = err["type"]
         message = err["msg"]
+        if kind == "value_error" and _CROSS_PREFIX in message:
+            # Cross-field items name their own fields; the input is the whole file.
+            items = message.split(_CROSS_PREFIX, 1)[1].split(f"\n{_ITEM}")
+            lines.extend(f"{_ITEM}{item}" for item in items)
+            continue
+        if kind == "value_error" and not err["loc"]:
+            lines.append(f"{_ITEM}{message.removeprefix('Value error, ')}")
+            continue
         if kind == "extra_forbidden":
             fix = "remove it or check its spelling"
         elif kind == "missing":
@@ -454,8 +635,9 @@ def _format_validation(exc: ValidationError, source: str) -> str:
             fix = "add the discriminating key (backend for engines, kind for systems)"
         else:
             fix = f"got {err.get('input')!r}"
-        lines.append(f"  - {loc}: {message} ({fix})")
-    return "\n".join(lines)
+        lines.append(f"{_ITEM}{loc}: {message} ({fix})")
+    head = f"config file {source!r} is invalid ({len(lines)} problem(s)):"
+    return "\n".join([head, *lines])
 
 
 _PATH_KEYS = {

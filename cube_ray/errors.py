@@ -8,11 +8,13 @@ received, what was expected, and how to fix it.
 from __future__ import annotations
 
 __all__ = [
+    "ClusterError",
     "ConfigError",
     "CubeRayError",
     "EngineError",
     "InputError",
     "MissingDependencyError",
+    "ResourceWaitError",
 ]
 
 
@@ -24,6 +26,24 @@ class CubeRayError(Exception):
 
 class ConfigError(CubeRayError):
     """A configuration file or option is invalid."""
+
+
+class ClusterError(CubeRayError):
+    """The cluster cannot run the config.
+
+    A pool no node can host, a run dir not shared by every node, a model path
+    or an endpoint missing.
+    """
+
+
+class ResourceWaitError(ClusterError):
+    """The autoscaler did not add the nodes a pool needs in time.
+
+    Not a mistake in the config: resubmitting later resumes the run, so the
+    exit code (3) differs from that of a bad config or cluster (2).
+    """
+
+    exit_code = 3
 
 
 class InputError(CubeRayError):

@@ -24,7 +24,8 @@ complete one. After a stage that wrote into a table which already had rows,
 the table is compacted: rows whose key is in the current input but whose hash
 is not (stale after a config or corpus change) are dropped.
 
-Only this module (and ``jobs/``) imports Ray.
+Only this module, ``cube_ray.preflight`` (the checks it runs before the
+first stage) and ``jobs/`` import Ray.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.config import RunConfig, engine_fingerprint
 from cube_ray.corpus import iter_document_batches, stable_hash
-from cube_ray.errors import ConfigError, CubeRayError, InputError
+from cube_ray.errors import ConfigError, CubeRayError, InputError, ResourceWaitError
+from cube_ray.preflight import preflight
 from cube_ray.prompts import load_template
 from cube_ray.stages import (
     ANSWER_HASH,
@@ -87,6 +89,7 @@ __all__ = [
     "PartWriter",
     "RunOptions",
     "RunResult",
+    "connect_ray",
     "part_files",
     "read_table",
     "run_pipeline",
@@ -1148,8 +1151,12 @@ class _Driver:
 
     # -- the stages ----------------------------------------------------------------
 
-    def documents(self) -> str:
-        """Validate and write documents; returns the corpus fingerprint."""
+    def stage_documents(self) -> tuple[Path, str, pa.Table | None]:
+        """Validate the corpus (and question file) into a staging folder.
+
+        The folder is beside the run dir, which stays untouched; returns it,
+        the corpus fingerprint and the question file's table.
+        """
         cfg = self.config
         parent = self.run_dir.parent
         parent.mkdir(parents=True, exist_ok=True)
@@ -1185,6 +1192,14 @@ class _Driver:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        self.stats[DOCUMENTS] = StageStats(
+            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
+        )
+        return staging, fingerprint, questions
+
+    def documents(self, staged: tuple[Path, str, pa.Table | None]) -> str:
+        """Move staged documents into the run dir; returns the corpus fingerprint."""
+        staging, fingerprint, questions = staged
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _heal_swaps(self.run_dir)
         target = self.table_dir(DOCUMENTS)
@@ -1196,9 +1211,6 @@ class _Driver:
             _swap_dir(staging, target)
         if questions is not None:
             self._write_question_file(questions)
-        self.stats[DOCUMENTS] = StageStats(
-            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
-        )
         return fingerprint
 
     def _old_manifest(self) -> dict[str, Any]:
@@ -1478,13 +1490,17 @@ class _Driver:
             )
 
 
-def _ray_init(config: RunConfig, options: RunOptions) -> bool:
-    """Connect to (or start) Ray; returns whether this run owns the instance."""
+def connect_ray(config: RunConfig, address: str | None = None) -> bool:
+    """Connect to (or start) Ray as a run would; True when the caller owns it.
+
+    ``address`` (``--address``) wins over ``ray.address``; none, or ``local``,
+    starts a local Ray with ``ray.num_cpus`` CPUs.
+    """
     import ray
 
     if ray.is_initialized():
         return False
-    address = options.address or config.ray.address
+    address = address or config.ray.address
     if address and address != "local":
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
     else:
@@ -1550,8 +1566,11 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     """Run (or resume) the whole CuBE job; see the module docstring.
 
     Raises:
-        ConfigError, InputError: Before anything is written to the run dir when
-            the config, the corpus or a question/QA file is bad.
+        ConfigError, InputError, ClusterError: Before anything is written to the
+            run dir when the config, the cluster (``cube_ray.preflight``), the
+            corpus or a question/QA file is bad.
+        ResourceWaitError: The autoscaler did not add the nodes a pool needs
+            within ``ray.resource_wait_s``; the manifest's status says so.
     """
     for name in (config.prompts.question, config.prompts.answer, config.prompts.judge):
         _template_text(name)
@@ -1560,22 +1579,34 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         options = dataclasses.replace(options, limit=config.corpus.limit)
     driver = _Driver(config, options)
     started = _utc()
-    corpus_fp = driver.documents()
     run_dir = options.run_dir
     manifest_path = run_dir / "manifest.json"
-    manifest: dict[str, Any] = {
-        "status": "running",
-        "config": config.model_dump(mode="json"),
-        "config_hash": config.fingerprint(),
-        "corpus_fingerprint": corpus_fp,
-        "limit": options.limit,
-        "versions": _versions(),
-        "started": started,
-        "run_stamp": driver.stamp,
-    }
-    _atomic_json(manifest_path, manifest)
-    owned = _ray_init(config, options)
+    staged = driver.stage_documents()  # a bad corpus fails before Ray starts
     try:
+        owned = connect_ray(config, options.address)
+    except BaseException:
+        shutil.rmtree(staged[0], ignore_errors=True)
+        raise
+    try:
+        try:
+            preflight(config, run_dir=run_dir, say=_say_preflight)
+        except BaseException as exc:
+            shutil.rmtree(staged[0], ignore_errors=True)
+            if isinstance(exc, ResourceWaitError):
+                _record_stop(manifest_path, config, started, "resource_timeout", exc)
+            raise
+        corpus_fp = driver.documents(staged)
+        manifest: dict[str, Any] = {
+            "status": "running",
+            "config": config.model_dump(mode="json"),
+            "config_hash": config.fingerprint(),
+            "corpus_fingerprint": corpus_fp,
+            "limit": options.limit,
+            "versions": _versions(),
+            "started": started,
+            "run_stamp": driver.stamp,
+        }
+        _atomic_json(manifest_path, manifest)
         import ray.data
 
         ctx = ray.data.DataContext.get_current()
@@ -1629,6 +1660,25 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     )
     _atomic_json(manifest_path, manifest)
     return RunResult(run_dir, driver.stats, summary_path, manifest_path, report_paths)
+
+
+def _say_preflight(text: str) -> None:
+    print(f"cube-ray: preflight: {text}", file=sys.stderr, flush=True)
+
+
+def _record_stop(
+    path: Path, config: RunConfig, started: str, status: str, exc: BaseException
+) -> None:
+    """Mark the run stopped in its manifest (kept, if a run left one)."""
+    manifest: dict[str, Any] = {}
+    if path.is_file():
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            manifest = json.loads(path.read_text())
+    if not isinstance(manifest, dict) or not manifest:
+        manifest = {"config_hash": config.fingerprint(), "started": started}
+    manifest.update({"status": status, "error": str(exc), "stopped": _utc()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_json(path, manifest)
 
 
 def _iter_paths(obj: Any) -> Iterator[Any]:

@@ -31,7 +31,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print engine calls and estimated prompt tokens; start nothing",
+        help=(
+            "print engine calls and estimated prompt tokens; start no engine "
+            "(with --address, also check the cluster as `cube-ray check` does)"
+        ),
     )
     p.add_argument(
         "--retry-failed",
@@ -58,6 +61,10 @@ def run_command(args: argparse.Namespace) -> int:
         from cube_ray.plan import format_plan, plan_run
 
         print(format_plan(plan_run(config, limit=args.limit)))
+        if args.address:
+            from cube_ray.commands.check import run_preflight
+
+            run_preflight(config, run_dir=run_dir, address=args.address)
         return 0
     from cube_ray.pipeline import RunOptions, run_pipeline
 

@@ -47,3 +47,37 @@ def test_job_entrypoint_adds_auto_address() -> None:
         "--address",
         "ray://h:10001",
     ]
+
+
+def test_shipped_config_fits_cluster_yaml_node_types() -> None:
+    """The preflight's arithmetic: conf/guangdong.yaml on cluster.yaml's node
+    types (before any node is up) needs only the autoscaler; without the judge
+    node type, its judge pools can never start."""
+    from cube_ray.config import RunConfig
+    from cube_ray.preflight import (
+        autoscaler_node_types,
+        pool_demands,
+        resource_problem,
+    )
+
+    cfg = RunConfig.from_yaml(ROOT / "conf" / "guangdong.yaml")
+    types = autoscaler_node_types(str(ROOT / "cluster.yaml"))
+    assert types is not None
+    assert {t.name for t in types} == {"gpu_generator", "gpu_judge"}  # not the head
+    head = [t for t in types if t.name == "head"]
+    assert head == []
+    demands = pool_demands(cfg)
+    assert [resource_problem(d, [], types) for d in demands] == [None] * len(demands)
+    no_judges = [t for t in types if t.name != "gpu_judge"]
+    problems = [resource_problem(d, [], no_judges) for d in demands]
+    judge_problems = [p for d, p in zip(demands, problems, strict=True) if p]
+    assert judge_problems
+    assert all("no node offers 'judge'" in p for p in judge_problems)
+
+
+def test_cluster_yaml_installs_the_job_server() -> None:
+    text = (ROOT / "cluster.yaml").read_text()
+    assert "cluster]" in text  # the `cluster` extra: ray[default], the job server
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'cluster = ["ray[default]' in pyproject
+    assert ",cluster," in (ROOT / "Makefile").read_text()
