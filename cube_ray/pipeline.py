@@ -53,8 +53,9 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.config import RunConfig, engine_fingerprint
 from cube_ray.corpus import iter_document_batches, stable_hash
+from cube_ray.env import prompt_key
 from cube_ray.errors import ConfigError, CubeRayError, InputError
-from cube_ray.prompts import load_template
+from cube_ray.prompts import derive_nonce, load_template
 from cube_ray.stages import (
     ANSWER_HASH,
     ANSWERS_OUT_SCHEMA,
@@ -710,6 +711,8 @@ class _Driver:
         )
         self.n_docs = 0
         self.n_questions = 0
+        self.nonce: str | None = None
+        """Prompt-tag nonce of the run (set before the first stage)."""
 
     # -- helpers ----------------------------------------------------------------
 
@@ -1315,7 +1318,11 @@ class _Driver:
             inputs=inputs,
             expected=self.n_docs,
             stage_cls=QuestionStage,
-            stage_kwargs={"engine": cfg.generator, "template": cfg.prompts.question},
+            stage_kwargs={
+                "engine": cfg.generator,
+                "template": cfg.prompts.question,
+                "nonce": self.nonce,
+            },
             pool=cfg.generator.pool,
             out_schema=QUESTIONS_OUT_SCHEMA,
         )
@@ -1348,7 +1355,11 @@ class _Driver:
             inputs=inputs,
             expected=2 * self.n_questions,
             stage_cls=AnswerStage,
-            stage_kwargs={"engine": cfg.generator, "template": cfg.prompts.answer},
+            stage_kwargs={
+                "engine": cfg.generator,
+                "template": cfg.prompts.answer,
+                "nonce": self.nonce,
+            },
             pool=cfg.generator.pool,
             out_schema=ANSWERS_OUT_SCHEMA,
         )
@@ -1425,6 +1436,7 @@ class _Driver:
                     "documents_path": str(self.table_dir(DOCUMENTS)),
                     "generator": cfg.generator,
                     "answer_template": cfg.prompts.answer,
+                    "nonce": self.nonce,
                 },
                 pool=system.pool,
                 out_schema=ANSWERS_OUT_SCHEMA,
@@ -1472,6 +1484,7 @@ class _Driver:
                     "engine": engine,
                     "rubrics": rubrics,
                     "template": cfg.prompts.judge,
+                    "nonce": self.nonce,
                 },
                 pool=engine.pool,
                 out_schema=SCORES_OUT_SCHEMA,
@@ -1563,8 +1576,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ConfigError, InputError: Before anything is written to the run dir when
             the config, the corpus or a question/QA file is bad.
     """
-    for name in (config.prompts.question, config.prompts.answer, config.prompts.judge):
-        _template_text(name)
+    config.prompts.check()  # a bad template (or one without $nonce) fails here
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:
         options = dataclasses.replace(options, limit=config.corpus.limit)
@@ -1573,9 +1585,18 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     corpus_fp = driver.documents()
     run_dir = options.run_dir
     manifest_path = run_dir / "manifest.json"
+    # The prompt-tag nonce: kept from the first run of this dir, so prompts
+    # (and vLLM's prefix cache) stay the same on resume.
+    old_nonce = driver._old_manifest().get("prompt_nonce")
+    driver.nonce = (
+        old_nonce
+        if isinstance(old_nonce, str) and old_nonce
+        else derive_nonce(config.fingerprint(), corpus_fp, key=prompt_key())
+    )
     manifest: dict[str, Any] = {
         "status": "running",
-        "config": config.model_dump(mode="json"),
+        "config": config.manifest_config(),
+        "prompt_nonce": driver.nonce,
         "config_hash": config.fingerprint(),
         "corpus_fingerprint": corpus_fp,
         "limit": options.limit,

@@ -31,7 +31,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print engine calls and estimated prompt tokens; start nothing",
+        help=(
+            "print engine calls, estimated prompt tokens and which environment "
+            "variables go to which host; start nothing"
+        ),
     )
     p.add_argument(
         "--retry-failed",
@@ -55,9 +58,10 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConfigError(msg)
     run_dir = Path(args.out) if args.out else Path(config.output_dir)
     if args.dry_run:
-        from cube_ray.plan import format_plan, plan_run
+        from cube_ray.plan import format_env_uses, format_plan, plan_run
 
         print(format_plan(plan_run(config, limit=args.limit)))
+        print(format_env_uses(config.env_uses()))
         return 0
     from cube_ray.pipeline import RunOptions, run_pipeline
 

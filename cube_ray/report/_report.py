@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from cube_ray import __version__, schema
+from cube_ray.credentials import mask
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
 from cube_ray.report._cube import (
@@ -904,7 +905,9 @@ def _details(run: RunData, boot_meta: str) -> Section:
             continue
         rows.append([f"summary: {key}", json.dumps(value, ensure_ascii=False)[:1500]])
     if run.manifest:
-        for key, value in run.manifest.items():
+        # Masked again: a manifest written by an older version (or edited by
+        # hand) may hold a credential; the prompt nonce stays private too.
+        for key, value in mask(run.manifest).items():
             rows.append(
                 [f"manifest: {key}", json.dumps(value, ensure_ascii=False)[:600]]
             )
