@@ -55,7 +55,7 @@ from cube_ray.config import RunConfig, engine_fingerprint
 from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.env import prompt_key
 from cube_ray.errors import ConfigError, CubeRayError, InputError
-from cube_ray.prompts import derive_nonce, load_template
+from cube_ray.prompts import load_template, run_nonce
 from cube_ray.stages import (
     ANSWER_HASH,
     ANSWERS_OUT_SCHEMA,
@@ -1587,11 +1587,11 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     manifest_path = run_dir / "manifest.json"
     # The prompt-tag nonce: kept from the first run of this dir, so prompts
     # (and vLLM's prefix cache) stay the same on resume.
-    old_nonce = driver._old_manifest().get("prompt_nonce")
-    driver.nonce = (
-        old_nonce
-        if isinstance(old_nonce, str) and old_nonce
-        else derive_nonce(config.fingerprint(), corpus_fp, key=prompt_key())
+    driver.nonce = run_nonce(
+        driver._old_manifest().get("prompt_nonce"),
+        config.fingerprint(),
+        corpus_fp,
+        key=prompt_key(),
     )
     manifest: dict[str, Any] = {
         "status": "running",

@@ -55,6 +55,7 @@ __all__ = [
     "render_answer",
     "render_judge",
     "render_question",
+    "run_nonce",
 ]
 
 DEFAULT_DIMENSIONS: tuple[str, ...] = (
@@ -186,6 +187,19 @@ def derive_nonce(*parts: str, key: bytes | None = None) -> str:
         mac.update(part.encode())
         mac.update(b"\x00")
     return mac.hexdigest()[:16]
+
+
+def run_nonce(previous: object, *parts: str, key: bytes | None = None) -> str:
+    """A run's nonce: ``previous`` (its manifest's) if valid, else derived anew.
+
+    >>> run_nonce("0123abcd", "cfg") == "0123abcd"
+    True
+    >>> run_nonce("<bad>", "cfg") == run_nonce(None, "cfg") == derive_nonce("cfg")
+    True
+    """
+    if isinstance(previous, str) and _NONCE.match(previous):
+        return previous
+    return derive_nonce(*parts, key=key)
 
 
 def fresh_nonce(nonce: str | None = None) -> str:
