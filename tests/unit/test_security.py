@@ -330,3 +330,26 @@ def test_validation_errors_never_echo_a_credential(tmp_path: Path) -> None:
         load(tmp_path, cfg)
     assert "headers.Authorization" in str(info.value)
     assert SECRET not in str(info.value)
+
+
+def test_template_without_nonce_fails_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old_style = tmp_path / "judge_old.txt"
+    old_style.write_text(
+        "<document>$document</document>\n<question>$question</question>\n"
+        "<answer>$answer</answer>\n$rubric\nScore (0-10):",
+        encoding="utf-8",
+    )
+    cfg = base(tmp_path)
+    cfg["prompts"] = {"judge": str(old_style)}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    run_dir = tmp_path / "out"
+    for extra in ([], ["--dry-run"]):
+        code = main(["run", str(path), "--out", str(run_dir), "--no-progress", *extra])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert "judge_old.txt" in err
+        assert "<document-$nonce>" in err
+        assert not run_dir.exists()
