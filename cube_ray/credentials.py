@@ -39,7 +39,10 @@ _KEY_WORDS = re.compile(
     r"|private[-_]?key|access[-_]?key|signature|(?:^|[-_])(?:key|sig|nonce)$",
     re.IGNORECASE,
 )
-_ENV_WORDS = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# TOKENIZERS_PARALLELISM and the like name settings, not credentials.
+_ENV_WORDS = re.compile(
+    r"TOKEN(?!IZER)|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE
+)
 _SCHEME = re.compile(r"^\s*(?:bearer|basic|token|apikey)?\s*$", re.IGNORECASE)
 _BEARER = re.compile(
     r"\b(bearer|basic)(\s+)(?!\$\{)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE
@@ -65,6 +68,8 @@ def is_credential_env(name: str) -> bool:
 
     >>> is_credential_env("HF_TOKEN"), is_credential_env("VLLM_CPU_KVCACHE_SPACE")
     (True, False)
+    >>> is_credential_env("TOKENIZERS_PARALLELISM")
+    False
     """
     return _ENV_WORDS.search(name) is not None or is_credential_key(name)
 

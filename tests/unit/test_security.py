@@ -353,3 +353,13 @@ def test_template_without_nonce_fails_before_anything_is_written(
         assert "judge_old.txt" in err
         assert "<document-$nonce>" in err
         assert not run_dir.exists()
+
+
+def test_engine_settings_env_is_not_a_credential() -> None:
+    # The embedded engine's own environment (and the usual vLLM/HF settings)
+    # must pass the literal-credential check.
+    from cube_ray.engines.config import VllmEngineConfig
+    from cube_ray.engines.embedded import CPU_ENV
+
+    env = {**CPU_ENV, "OMP_NUM_THREADS": "2", "HF_HUB_ENABLE_HF_TRANSFER": "0"}
+    assert VllmEngineConfig(model="/m", env=env).env == env
