@@ -100,10 +100,19 @@ def load_cases(n: int, *, skip: int = 0) -> list[tuple[str, str, str]]:
 
 
 def judge_prompts(cases: list[tuple[str, str, str]]) -> list[list[str]]:
-    from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric, render_judge
+    from cube_ray.prompts import (
+        DEFAULT_DIMENSIONS,
+        default_rubric,
+        fresh_nonce,
+        render_judge,
+    )
 
+    nonce = fresh_nonce()
     return [
-        [render_judge(d, q, a, default_rubric(dim)) for dim in DEFAULT_DIMENSIONS]
+        [
+            render_judge(d, q, a, default_rubric(dim), nonce=nonce)
+            for dim in DEFAULT_DIMENSIONS
+        ]
         for d, q, a in cases
     ]
 

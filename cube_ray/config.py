@@ -15,19 +15,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.aggregate._options import AggregateOptions, BoundsOptions
+from cube_ray.credentials import is_credential_key, mask
 from cube_ray.engines.config import (
+    CODE_LOADING_ENV,
+    CODE_LOADING_KWARGS,
     EngineConfig,
     FakeEngineConfig,
     OpenAIHttpEngineConfig,
+    VllmEngineConfig,
 )
+from cube_ray.env import placeholders
 from cube_ray.errors import ConfigError
 from cube_ray.prompts import DEFAULT_DIMENSIONS, check_template, default_rubric
 from cube_ray.systems.config import SystemConfig
@@ -36,6 +43,7 @@ __all__ = [
     "AggregateConfig",
     "CorpusConfig",
     "DimensionConfig",
+    "EnvUse",
     "FieldConfig",
     "PromptsConfig",
     "QuestionsConfig",
@@ -320,6 +328,41 @@ class PromptsConfig(StrictModel):
     judge: str = "judge"
     """Judge template."""
 
+    def check(self) -> None:
+        """Load every template and check its placeholders (``$nonce`` included).
+
+        Raises:
+            ConfigError: Naming the template, what it lacks and the fix.
+        """
+        check_template(self.question, "question")
+        check_template(self.answer, "answer")
+        check_template(self.judge, "judge")
+
+
+@dataclass(frozen=True)
+class EnvUse:
+    """One environment variable a run reads, and where its value goes."""
+
+    name: str
+    """The variable."""
+    field: str
+    """The config field that reads it, e.g. ``systems[rag].headers.Authorization``."""
+    destination: str
+    """Where the value is sent: ``host:port`` of a URL, or a local process."""
+
+
+def _host(url: str | None) -> str:
+    if not url:
+        return "(no url)"
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
+    netloc = netloc.rpartition("@")[2]
+    if not netloc:
+        return f"(host from {url})" if "${" in url else "(no host)"
+    return netloc
+
 
 class RunConfig(StrictModel):
     """One CuBE run."""
@@ -347,6 +390,29 @@ class RunConfig(StrictModel):
     """Run directory (``--out`` overrides it)."""
     allow_fake_engines: bool = False
     """Allow ``backend: fake`` engines (tests and benchmarks only)."""
+    env_vars: list[str] = Field(default_factory=list)
+    """Environment variables this config may read through ``${NAME}`` (HTTP
+    systems' ``url`` and ``headers``, vLLM engines' ``env`` values), e.g.
+    ``[RAGFLOW_API_KEY]``. A ``${NAME}`` of a variable not listed here (nor
+    named by an ``api_key_env`` / ``embedding_api_key_env``) is refused, so a
+    config written by someone else cannot send your other variables to its own
+    host. ``cube-ray run --dry-run`` lists which variable goes where."""
+    allow_remote_code: bool = False
+    """Allow code-loading switches of vLLM engines (``trust_remote_code`` and
+    the other ``engine_kwargs`` in ``CODE_LOADING_KWARGS``), which run code
+    that ships with a model or is named by the config."""
+
+    @field_validator("env_vars")
+    @classmethod
+    def _env_var_names(cls, names: list[str]) -> list[str]:
+        bad = [n for n in names if placeholders("${" + n + "}") != [n]]
+        if bad:
+            msg = (
+                f"env_vars lists {bad}, which are not variable names; list bare "
+                "names (letters, digits, _), e.g. [RAGFLOW_API_KEY], not ${...}"
+            )
+            raise ValueError(msg)
+        return names
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
@@ -405,6 +471,107 @@ class RunConfig(StrictModel):
         if problems:
             raise ValueError(_CROSS_PREFIX + f"\n{_ITEM}".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _env_and_code(self) -> RunConfig:
+        declared = set(self.env_vars)
+        named = {u.name for u in self.env_uses() if u.field.endswith("_env")}
+        undeclared = [
+            u for u in self.env_uses() if u.name not in declared and u.name not in named
+        ]
+        if undeclared:
+            u = undeclared[0]
+            names = sorted({x.name for x in undeclared})
+            msg = (
+                f"{u.field} reads ${{{u.name}}} (sent to {u.destination}), but "
+                f"{names} {'is' if len(names) == 1 else 'are'} not declared; a "
+                "config may only read the environment variables it lists: add "
+                f"env_vars: {names} at the top level if you mean to send "
+                f"{'it' if len(names) == 1 else 'them'} there"
+            )
+            raise ValueError(msg)
+        if not self.allow_remote_code:
+            for role, engine in self.engines():
+                if not isinstance(engine, VllmEngineConfig):
+                    continue
+                kwargs = sorted(
+                    k
+                    for k, v in engine.engine_kwargs.items()
+                    if k in CODE_LOADING_KWARGS
+                    and not (k == "trust_remote_code" and v in (False, None))
+                )
+                env = sorted(k for k in engine.env if k in CODE_LOADING_ENV)
+                if kwargs or env:
+                    what = [f"engine_kwargs.{k}" for k in kwargs]
+                    what += [f"env.{k}" for k in env]
+                    msg = (
+                        f"{role} sets {what}, which load and run code from outside "
+                        "cube_ray and vLLM (a model's own Python files, a class "
+                        "named by path); if you trust that code, set "
+                        "allow_remote_code: true at the top level of the config"
+                    )
+                    raise ValueError(msg)
+        return self
+
+    def engines(self) -> list[tuple[str, EngineConfig]]:
+        """(``generator`` / ``judges.<name>``, engine config) of every engine."""
+        return [("generator", self.generator)] + [
+            (f"judges.{name}", engine) for name, engine in self.judges.items()
+        ]
+
+    def env_uses(self) -> list[EnvUse]:
+        """Every environment variable the run reads, and where its value goes.
+
+        ``${NAME}`` placeholders (HTTP systems' url and headers, vLLM engines'
+        env values) and the variables named by ``api_key_env`` fields (their
+        ``field`` ends in ``_env``).
+        """
+        uses: list[EnvUse] = []
+        for system in self.systems:
+            where = f"systems[{system.name}]"
+            if system.kind == "http":
+                host = _host(system.url)
+                uses += [
+                    EnvUse(n, f"{where}.url", host) for n in placeholders(system.url)
+                ]
+                for header, value in system.headers.items():
+                    uses += [
+                        EnvUse(n, f"{where}.headers.{header}", host)
+                        for n in placeholders(value)
+                    ]
+            elif system.kind == "builtin_rag" and system.embedding_api_key_env:
+                uses.append(
+                    EnvUse(
+                        system.embedding_api_key_env,
+                        f"{where}.embedding_api_key_env",
+                        _host(system.embedding_url),
+                    )
+                )
+        for role, engine in self.engines():
+            if isinstance(engine, OpenAIHttpEngineConfig) and engine.api_key_env:
+                uses.append(
+                    EnvUse(
+                        engine.api_key_env,
+                        f"{role}.api_key_env",
+                        _host(engine.base_url),
+                    )
+                )
+            if isinstance(engine, VllmEngineConfig):
+                for key, value in engine.env.items():
+                    uses += [
+                        EnvUse(n, f"{role}.env.{key}", "the local vLLM engine process")
+                        for n in placeholders(value)
+                    ]
+        return uses
+
+    def manifest_config(self) -> dict[str, Any]:
+        """The config as ``manifest.json`` stores it.
+
+        As written (``${NAME}`` placeholders, never their values), with
+        credential-looking values masked.
+        """
+        dumped: dict[str, Any] = mask(self.model_dump(mode="json"))
+        return dumped
 
     def fingerprint(self) -> str:
         """A stable hash of the whole config (recorded in the manifest)."""
@@ -633,9 +800,13 @@ def _format_validation(exc: ValidationError, source: str) -> str:
             fix = f"use one of {ctx.get('expected_tags', 'the documented values')}"
         elif kind == "union_tag_not_found":
             fix = "add the discriminating key (backend for engines, kind for systems)"
+        elif kind in ("value_error", "assertion_error"):
+            fix = ""  # cube_ray's own messages name the value and the fix
+        elif any(is_credential_key(str(p)) for p in err["loc"]):
+            fix = "got a value that is not shown: it may be a credential"
         else:
-            fix = f"got {err.get('input')!r}"
-        lines.append(f"{_ITEM}{loc}: {message} ({fix})")
+            fix = f"got {mask(err.get('input'))!r}"
+        lines.append(f"{_ITEM}{loc}: {message}" + (f" ({fix})" if fix else ""))
     head = f"config file {source!r} is invalid ({len(lines)} problem(s)):"
     return "\n".join([head, *lines])
 

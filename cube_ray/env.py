@@ -1,14 +1,30 @@
 """Every environment variable cube_ray reads, in one place.
 
-Secrets (API keys) are read by name through :func:`secret`, never logged.
+Secrets (API keys) are read by name through :func:`secret` and expanded into
+``${NAME}`` placeholders by :func:`expand_env`, never logged. Which variables a
+run config may read at all is its ``env_vars`` list (see
+:meth:`cube_ray.config.RunConfig.env_uses`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-__all__ = ["cache_dir", "secret"]
+from cube_ray.errors import ConfigError
+
+__all__ = [
+    "PLACEHOLDER",
+    "cache_dir",
+    "expand_env",
+    "placeholders",
+    "prompt_key",
+    "secret",
+]
+
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""A ``${NAME}`` placeholder; group 1 is the variable name."""
 
 
 def cache_dir() -> Path:
@@ -29,3 +45,46 @@ def secret(name: str) -> str | None:
     """The value of the environment variable ``name`` (an API key), or None."""
     value = os.environ.get(name)
     return value or None
+
+
+def prompt_key() -> bytes | None:
+    """``$CUBE_RAY_PROMPT_KEY``: a secret that keys the run's prompt-tag nonce.
+
+    Without it the nonce is a hash of the config and the corpus, which whoever
+    knows both could compute; with it, nobody without the key can.
+    """
+    value = secret("CUBE_RAY_PROMPT_KEY")
+    return value.encode() if value else None
+
+
+def placeholders(text: str) -> list[str]:
+    """The variable names of the ``${NAME}`` placeholders in ``text``, in order.
+
+    >>> placeholders("Bearer ${API_KEY} ${X}$Y")
+    ['API_KEY', 'X']
+    """
+    return PLACEHOLDER.findall(text)
+
+
+def expand_env(text: str, *, where: str) -> str:
+    """Replace ``${NAME}`` by the environment variable NAME.
+
+    Raises:
+        ConfigError: Naming the variable (never a value) when it is unset.
+
+    >>> import os; os.environ["CUBE_DOC_TEST"] = "s3cret"
+    >>> expand_env("Bearer ${CUBE_DOC_TEST}", where="headers")
+    'Bearer s3cret'
+    """
+
+    def repl(m: re.Match[str]) -> str:
+        value = secret(m.group(1))
+        if value is None:
+            msg = (
+                f"{where} refers to the environment variable {m.group(1)}, which is "
+                f"not set; export {m.group(1)}=... before running"
+            )
+            raise ConfigError(msg)
+        return value
+
+    return PLACEHOLDER.sub(repl, text)

@@ -54,9 +54,10 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.config import RunConfig, engine_fingerprint
 from cube_ray.corpus import iter_document_batches, stable_hash
+from cube_ray.env import prompt_key
 from cube_ray.errors import ConfigError, CubeRayError, InputError, ResourceWaitError
 from cube_ray.preflight import preflight
-from cube_ray.prompts import load_template
+from cube_ray.prompts import load_template, run_nonce
 from cube_ray.stages import (
     ANSWER_HASH,
     ANSWERS_OUT_SCHEMA,
@@ -713,6 +714,8 @@ class _Driver:
         )
         self.n_docs = 0
         self.n_questions = 0
+        self.nonce: str | None = None
+        """Prompt-tag nonce of the run (set before the first stage)."""
 
     # -- helpers ----------------------------------------------------------------
 
@@ -1327,7 +1330,11 @@ class _Driver:
             inputs=inputs,
             expected=self.n_docs,
             stage_cls=QuestionStage,
-            stage_kwargs={"engine": cfg.generator, "template": cfg.prompts.question},
+            stage_kwargs={
+                "engine": cfg.generator,
+                "template": cfg.prompts.question,
+                "nonce": self.nonce,
+            },
             pool=cfg.generator.pool,
             out_schema=QUESTIONS_OUT_SCHEMA,
         )
@@ -1360,7 +1367,11 @@ class _Driver:
             inputs=inputs,
             expected=2 * self.n_questions,
             stage_cls=AnswerStage,
-            stage_kwargs={"engine": cfg.generator, "template": cfg.prompts.answer},
+            stage_kwargs={
+                "engine": cfg.generator,
+                "template": cfg.prompts.answer,
+                "nonce": self.nonce,
+            },
             pool=cfg.generator.pool,
             out_schema=ANSWERS_OUT_SCHEMA,
         )
@@ -1437,6 +1448,7 @@ class _Driver:
                     "documents_path": str(self.table_dir(DOCUMENTS)),
                     "generator": cfg.generator,
                     "answer_template": cfg.prompts.answer,
+                    "nonce": self.nonce,
                 },
                 pool=system.pool,
                 out_schema=ANSWERS_OUT_SCHEMA,
@@ -1484,6 +1496,7 @@ class _Driver:
                     "engine": engine,
                     "rubrics": rubrics,
                     "template": cfg.prompts.judge,
+                    "nonce": self.nonce,
                 },
                 pool=engine.pool,
                 out_schema=SCORES_OUT_SCHEMA,
@@ -1572,8 +1585,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ResourceWaitError: The autoscaler did not add the nodes a pool needs
             within ``ray.resource_wait_s``; the manifest's status says so.
     """
-    for name in (config.prompts.question, config.prompts.answer, config.prompts.judge):
-        _template_text(name)
+    config.prompts.check()  # a bad template (or one without $nonce) fails here
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:
         options = dataclasses.replace(options, limit=config.corpus.limit)
@@ -1596,9 +1608,18 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
                 _record_stop(manifest_path, config, started, "resource_timeout", exc)
             raise
         corpus_fp = driver.documents(staged)
+        # The prompt-tag nonce: kept from the first run of this dir, so prompts
+        # (and vLLM's prefix cache) stay the same on resume.
+        driver.nonce = run_nonce(
+            driver._old_manifest().get("prompt_nonce"),
+            config.fingerprint(),
+            corpus_fp,
+            key=prompt_key(),
+        )
         manifest: dict[str, Any] = {
             "status": "running",
-            "config": config.model_dump(mode="json"),
+            "config": config.manifest_config(),
+            "prompt_nonce": driver.nonce,
             "config_hash": config.fingerprint(),
             "corpus_fingerprint": corpus_fp,
             "limit": options.limit,

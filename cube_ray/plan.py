@@ -1,4 +1,7 @@
-"""``--dry-run``: engine calls and estimated prompt tokens of a run, per stage.
+"""``--dry-run``: engine calls, prompt tokens and environment variables of a run.
+
+Engine calls and estimated prompt tokens per stage, and which environment
+variables the run sends to which host.
 
 Nothing is started: the corpus is streamed once on the driver to count documents
 and their length; question and answer lengths that do not exist yet are
@@ -10,12 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cube_ray.config import RunConfig
+from cube_ray.config import EnvUse, RunConfig
 from cube_ray.corpus import iter_document_batches
 from cube_ray.errors import ConfigError
 from cube_ray.prompts import load_template
 
-__all__ = ["PlanRow", "estimate_tokens", "format_plan", "plan_run"]
+__all__ = ["PlanRow", "estimate_tokens", "format_env_uses", "format_plan", "plan_run"]
 
 _CJK = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]")
 QUESTION_TOKENS = 30
@@ -60,6 +63,7 @@ def _engine_name(cfg: object) -> str:
 
 def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     """Count engine calls and estimate prompt tokens per stage and judge."""
+    config.prompts.check()
     if limit is None:
         limit = config.corpus.limit
     n_docs = 0
@@ -155,4 +159,20 @@ def format_plan(rows: list[PlanRow]) -> str:
         "Token counts are estimates (1 per CJK character, 1 per 4 other characters; "
         "questions ~30, answers ~min(max_tokens, 256) tokens). No engine was started."
     )
+    return "\n".join(lines)
+
+
+def format_env_uses(uses: list[EnvUse]) -> str:
+    """Which environment variable goes to which host (names only, never values).
+
+    >>> print(format_env_uses([EnvUse("K", "systems[rag].headers.X", "h:1")]))
+    Environment variables read (values not shown):
+      K -> h:1  (systems[rag].headers.X)
+    >>> print(format_env_uses([]))
+    Environment variables read: none.
+    """
+    if not uses:
+        return "Environment variables read: none."
+    lines = ["Environment variables read (values not shown):"]
+    lines += [f"  {u.name} -> {u.destination}  ({u.field})" for u in uses]
     return "\n".join(lines)

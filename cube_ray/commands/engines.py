@@ -142,10 +142,14 @@ def check_engines(
 ) -> list[dict[str, Any]]:
     """Build each engine, ask one score, close it; one result dict per engine."""
     from cube_ray.engines.registry import build_engine
-    from cube_ray.prompts import default_rubric, render_judge
+    from cube_ray.prompts import default_rubric, fresh_nonce, render_judge
 
     prompt = render_judge(
-        SAMPLE_DOCUMENT, SAMPLE_QUESTION, SAMPLE_ANSWER, default_rubric("relevance")
+        SAMPLE_DOCUMENT,
+        SAMPLE_QUESTION,
+        SAMPLE_ANSWER,
+        default_rubric("relevance"),
+        nonce=fresh_nonce(),
     )
     results = []
     for name, config in configs.items():

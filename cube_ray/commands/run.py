@@ -32,8 +32,9 @@ def register(subparsers: Any) -> None:
         "--dry-run",
         action="store_true",
         help=(
-            "print engine calls and estimated prompt tokens; start no engine "
-            "(with --address, also check the cluster as `cube-ray check` does)"
+            "print engine calls, estimated prompt tokens and which environment "
+            "variables go to which host; start no engine (with --address, also "
+            "check the cluster as `cube-ray check` does)"
         ),
     )
     p.add_argument(
@@ -58,9 +59,10 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConfigError(msg)
     run_dir = Path(args.out) if args.out else Path(config.output_dir)
     if args.dry_run:
-        from cube_ray.plan import format_plan, plan_run
+        from cube_ray.plan import format_env_uses, format_plan, plan_run
 
         print(format_plan(plan_run(config, limit=args.limit)))
+        print(format_env_uses(config.env_uses()))
         if args.address:
             from cube_ray.commands.check import run_preflight
 

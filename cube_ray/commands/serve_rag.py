@@ -74,7 +74,9 @@ def _documents_dir(config: Any, *, limit: int | None) -> Path:
 def serve_rag(args: argparse.Namespace) -> int:
     """Build the system and serve it until interrupted."""
     from cube_ray.config import RunConfig
+    from cube_ray.env import prompt_key
     from cube_ray.errors import ConfigError
+    from cube_ray.prompts import derive_nonce
     from cube_ray.systems import BuiltinRagSystemConfig, build_system
     from cube_ray.systems.serve import make_server
 
@@ -95,11 +97,15 @@ def serve_rag(args: argparse.Namespace) -> int:
         if args.documents
         else _documents_dir(config, limit=args.limit)
     )
+    config.prompts.check()
     system = build_system(
         system_config,
         documents_path=str(documents),
         generator=config.generator,
         answer_template=config.prompts.answer,
+        # Derived from the config (and $CUBE_RAY_PROMPT_KEY): the same answer
+        # prompts on every start, as a run's on resume.
+        nonce=derive_nonce(config.fingerprint(), key=prompt_key()),
     )
     server = make_server(system, host=args.host, port=args.port)
     host, port = server.server_address[:2]

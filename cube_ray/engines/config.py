@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
+from cube_ray.credentials import literal_credential, literal_in_url
 
 __all__ = [
+    "CODE_LOADING_ENV",
+    "CODE_LOADING_KWARGS",
+    "SCORING_KEYS",
     "EmbeddedEngineConfig",
     "EngineConfig",
     "FakeEngineConfig",
@@ -23,6 +27,66 @@ __all__ = [
     "SamplingConfig",
     "VllmEngineConfig",
 ]
+
+
+CODE_LOADING_KWARGS = frozenset(
+    {
+        "trust_remote_code",
+        "worker_cls",
+        "worker_extension_cls",
+        "logits_processors",
+        "kv_transfer_config",
+    }
+)
+"""``vllm.LLM`` arguments that run code from outside cube_ray and vLLM (a
+model's own Python files, a class or module named by path); a run config needs
+``allow_remote_code: true`` to set them."""
+
+CODE_LOADING_ENV = frozenset({"VLLM_ALLOW_INSECURE_SERIALIZATION"})
+"""Engine ``env`` variables that let vLLM unpickle (run) data; same rule."""
+
+SCORING_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "n",
+        "best_of",
+        "stream",
+        "echo",
+        "suffix",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "response_format",
+        "guided_choice",
+        "guided_json",
+        "guided_regex",
+        "guided_grammar",
+        "structured_outputs",
+    }
+)
+"""Request fields the ``openai_http`` engine sets itself (the prompt, sampling,
+the score constraint and its logprobs); ``extra_body`` may not override them."""
+
+
+def _env_credentials(env: dict[str, str]) -> dict[str, str]:
+    for key, value in env.items():
+        if literal_credential(key, value, env=True):
+            msg = (
+                f"env entry {key!r} holds a literal value, and its name says it "
+                "is a credential; secrets come only from the environment: write "
+                f'{key}: "${{{key}}}" and list {key} in the config\'s top-level '
+                "env_vars (the value is not shown here)"
+            )
+            raise ValueError(msg)
+    return env
 
 
 class PoolConfig(StrictModel):
@@ -118,7 +182,14 @@ class VllmEngineConfig(_EngineBase):
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables set in the actor process before vLLM starts, e.g.
     ``{VLLM_CPU_KVCACHE_SPACE: "4"}`` on CPU. ``HF_HUB_OFFLINE=1`` is set unless
-    given here."""
+    given here. A value may be ``${NAME}`` (read from the driver's environment;
+    NAME must be listed in the config's ``env_vars``); a variable named like a
+    credential (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) must be."""
+
+    @field_validator("env")
+    @classmethod
+    def _env_literal_credentials(cls, env: dict[str, str]) -> dict[str, str]:
+        return _env_credentials(env)
 
     @model_validator(mode="after")
     def _check_gpus(self) -> VllmEngineConfig:
@@ -193,7 +264,43 @@ class OpenAIHttpEngineConfig(_EngineBase):
     """Times a score that is not exactly one integer 0..10 is asked again, with
     a reminder, before it is stored as ``parse_error``."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    """Extra JSON fields merged into each request body."""
+    """Extra JSON fields merged into each request body. They cannot override
+    the fields the engine sets (``SCORING_KEYS``: prompt, sampling, score
+    constraint, logprobs) nor hold a literal credential."""
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body_keys(cls, body: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(set(body) & SCORING_KEYS)
+        if taken:
+            msg = (
+                f"extra_body sets {taken}, which the engine sets itself (prompt, "
+                "sampling, score constraint, logprobs); remove them and use "
+                "sampling, score_max_tokens, guided_choice or logprobs instead"
+            )
+            raise ValueError(msg)
+        for key, value in body.items():
+            if literal_credential(key, value):
+                msg = (
+                    f"extra_body key {key!r} looks like a credential with a literal "
+                    "value; API keys come only from the environment: set api_key_env "
+                    "to the name of the variable holding it (the value is not shown)"
+                )
+                raise ValueError(msg)
+        return body
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_credentials(cls, url: str) -> str:
+        where = literal_in_url(url)
+        if where is not None:
+            msg = (
+                f"base_url holds a literal credential (its {where}); API keys "
+                "come only from the environment: remove it and set api_key_env "
+                "(the value is not shown)"
+            )
+            raise ValueError(msg)
+        return url
 
 
 class FakeEngineConfig(_EngineBase):

@@ -483,7 +483,8 @@ class OpenAIHttpEngine:
 
     def _payload(self, prompt: str, body: dict[str, Any], previous: str | None) -> Any:
         cfg = self.config
-        payload: dict[str, Any] = {"model": cfg.model, **body, **cfg.extra_body}
+        # extra_body first: the engine's own fields (SCORING_KEYS) always win.
+        payload: dict[str, Any] = {**cfg.extra_body, "model": cfg.model, **body}
         if cfg.api == "chat":
             messages = [{"role": "user", "content": prompt}]
             if previous is not None:

@@ -44,6 +44,7 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
+from cube_ray.env import expand_env
 from cube_ray.errors import EngineError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -63,11 +64,15 @@ _DEFAULT_ENV: dict[str, str] = {"HF_HUB_OFFLINE": "1"}
 
 
 def apply_env(env: Mapping[str, str]) -> None:
-    """Put engine environment variables in place before vLLM reads them."""
+    """Put engine environment variables in place before vLLM reads them.
+
+    ``${NAME}`` in a value is read from this process's environment (the run
+    config has checked that NAME is declared in ``env_vars``).
+    """
     for key, value in _DEFAULT_ENV.items():
         os.environ.setdefault(key, value)
     for key, value in env.items():
-        os.environ[key] = value
+        os.environ[key] = expand_env(value, where=f"engine env {key!r}")
 
 
 @contextmanager

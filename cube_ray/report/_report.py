@@ -14,6 +14,7 @@ import polars as pl
 
 from cube_ray import __version__, schema
 from cube_ray.aggregate import rank_scores
+from cube_ray.credentials import mask
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
 from cube_ray.report._cube import (
@@ -1049,7 +1050,9 @@ def _details(run: RunData, boot_meta: str) -> Section:
             continue
         rows.append([f"summary: {key}", json.dumps(value, ensure_ascii=False)[:1500]])
     if run.manifest:
-        for key, value in run.manifest.items():
+        # Masked again: a manifest written by an older version (or edited by
+        # hand) may hold a credential; the prompt nonce stays private too.
+        for key, value in mask(run.manifest).items():
             rows.append(
                 [f"manifest: {key}", json.dumps(value, ensure_ascii=False)[:600]]
             )

@@ -10,7 +10,7 @@ import pyarrow as pa
 from cube_ray import schema
 from cube_ray.engines.base import Generation, SamplingParams
 from cube_ray.engines.registry import build_engine
-from cube_ray.prompts import render_answer, render_question
+from cube_ray.prompts import fresh_nonce, render_answer, render_question
 from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
 
 __all__ = [
@@ -112,10 +112,12 @@ class _GeneratingStage(Stage):
         engine: Any,
         *,
         template: str | None = None,
+        nonce: str | None = None,
         engine_factory: EngineFactory = build_engine,
         call_log: str | None = None,
     ) -> None:
         super().__init__(call_log=call_log)
+        self._nonce = fresh_nonce(nonce)
         self._engine = engine_factory(engine)
         self._sampling = sampling_of(engine)
         self._template = template if template is not None else self.default_template
@@ -132,6 +134,7 @@ class QuestionStage(_GeneratingStage):
     Args:
         engine: The generator's engine config.
         template: Question prompt template (name or path).
+        nonce: The run's prompt-tag nonce (default: a random one).
         engine_factory: Builds the engine (default :func:`build_engine`).
         call_log: File that gets one line per engine call (tests).
     """
@@ -147,7 +150,7 @@ class QuestionStage(_GeneratingStage):
         self.check_columns(batch.column_names)
         doc_ids = batch.column(schema.DOC_ID).to_pylist()
         prompts = [
-            render_question(t, template=self._template)
+            render_question(t, nonce=self._nonce, template=self._template)
             for t in batch.column(schema.TEXT).to_pylist()
         ]
         self._log_calls(doc_ids)
@@ -183,6 +186,7 @@ class AnswerStage(_GeneratingStage):
     Args:
         engine: The generator's engine config.
         template: Answer prompt template (name or path), shared with the RAG.
+        nonce: The run's prompt-tag nonce (default: a random one).
         engine_factory: Builds the engine (default :func:`build_engine`).
         call_log: File that gets one line per engine call (tests).
     """
@@ -213,7 +217,9 @@ class AnswerStage(_GeneratingStage):
                 raise ValueError(msg)
             refs = [r[schema.TEXT]] if r[schema.SYSTEM] == schema.FULL else None
             prompts.append(
-                render_answer(r[schema.QUESTION], refs, template=self._template)
+                render_answer(
+                    r[schema.QUESTION], refs, nonce=self._nonce, template=self._template
+                )
             )
         self._log_calls(
             [f"{rows[i][schema.QUESTION_ID]}/{rows[i][schema.SYSTEM]}" for i in todo]

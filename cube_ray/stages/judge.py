@@ -9,7 +9,7 @@ import pyarrow as pa
 from cube_ray import schema
 from cube_ray.engines.base import SCORED_STATUSES, ScoreResult
 from cube_ray.engines.registry import build_engine
-from cube_ray.prompts import render_judge
+from cube_ray.prompts import fresh_nonce, render_judge
 from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
 
 __all__ = ["SCORES_OUT_SCHEMA", "STATUS_NO_ANSWER", "JudgeStage"]
@@ -34,6 +34,7 @@ class JudgeStage(Stage):
         engine: The judge's engine config.
         rubrics: Dimension name -> rubric text.
         template: Judge prompt template (name or path).
+        nonce: The run's prompt-tag nonce (default: a random one).
         engine_factory: Builds the engine (default :func:`build_engine`).
         call_log: File that gets one line per engine call (tests).
     """
@@ -57,10 +58,12 @@ class JudgeStage(Stage):
         *,
         rubrics: dict[str, str],
         template: str = "judge",
+        nonce: str | None = None,
         engine_factory: EngineFactory = build_engine,
         call_log: str | None = None,
     ) -> None:
         super().__init__(call_log=call_log)
+        self._nonce = fresh_nonce(nonce)
         self._judge = judge
         self._rubrics = dict(rubrics)
         self._template = template
@@ -88,6 +91,7 @@ class JudgeStage(Stage):
                     r[schema.QUESTION] or "",
                     r[schema.ANSWER],
                     rubric,
+                    nonce=self._nonce,
                     template=self._template,
                 )
             )

@@ -46,6 +46,7 @@ class SystemStage(Stage):
         generator: The run's generator engine config (the built-in RAG answers
             with it).
         answer_template: The answer template shared with the bounds.
+        nonce: The run's prompt-tag nonce (the built-in RAG's answer prompts).
         system_factory: Builds the system (default
             :func:`cube_ray.systems.build_system`).
         call_log: File that gets one line per question put to the system.
@@ -62,6 +63,7 @@ class SystemStage(Stage):
         documents_path: str,
         generator: Any = None,
         answer_template: str = "answer",
+        nonce: str | None = None,
         system_factory: SystemFactory | None = None,
         call_log: str | None = None,
     ) -> None:
@@ -75,6 +77,7 @@ class SystemStage(Stage):
             documents_path=documents_path,
             generator=generator,
             answer_template=answer_template,
+            nonce=nonce,
         )
         self._name: str = self._system.name
         self._k: int = self._system.k

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from cube_ray.engines.base import SamplingParams
 from cube_ray.env import secret
 from cube_ray.errors import ConfigError
-from cube_ray.prompts import render_answer
+from cube_ray.prompts import fresh_nonce, render_answer
 from cube_ray.retrieval import (
     Bm25Index,
     DenseIndex,
@@ -75,6 +75,7 @@ class BuiltinRagSystem:
         engine: The generator engine (None: retrieval only; :meth:`answer` raises).
         sampling: Sampling parameters of the answers.
         answer_template: The answer prompt template (name or path).
+        nonce: The prompt-tag nonce (default: a random one).
         dense: The dense index (retriever ``dense`` or ``hybrid``), in the same
             document order as ``index``.
         embedder: Embeds questions for the dense index.
@@ -88,6 +89,7 @@ class BuiltinRagSystem:
         engine: Engine | None,
         sampling: SamplingParams | None = None,
         answer_template: str = "answer",
+        nonce: str | None = None,
         dense: DenseIndex | None = None,
         embedder: Embedder | None = None,
     ) -> None:
@@ -116,6 +118,7 @@ class BuiltinRagSystem:
         self._engine = engine
         self._sampling = sampling or SamplingParams()
         self._template = answer_template
+        self._nonce = fresh_nonce(nonce)
         self._max_chars = config.max_reference_chars
 
     @classmethod
@@ -126,6 +129,7 @@ class BuiltinRagSystem:
         documents_path: str,
         generator: EngineConfig | None,
         answer_template: str = "answer",
+        nonce: str | None = None,
     ) -> BuiltinRagSystem:
         """Build (or reuse) the indexes of ``documents_path`` and the generator."""
         index = open_index(config, documents_path=documents_path)
@@ -143,6 +147,7 @@ class BuiltinRagSystem:
             engine=engine,
             sampling=sampling,
             answer_template=answer_template,
+            nonce=nonce,
             dense=dense,
             embedder=embedder,
         )
@@ -180,7 +185,11 @@ class BuiltinRagSystem:
             texts = self.index.texts([h.index for h in qhits])
             if self._max_chars is not None:
                 texts = [t[: self._max_chars] for t in texts]
-            prompts.append(render_answer(question, texts, template=self._template))
+            prompts.append(
+                render_answer(
+                    question, texts, nonce=self._nonce, template=self._template
+                )
+            )
         return prompts, hits
 
     def answer(self, questions: Sequence[QuestionIn]) -> list[SystemAnswer]:

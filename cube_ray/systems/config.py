@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
+from cube_ray.credentials import literal_credential, literal_in_url
 from cube_ray.engines.config import PoolConfig
 
 __all__ = [
@@ -76,7 +77,8 @@ class BuiltinRagSystemConfig(_SystemBase):
     """Embedding model name (or path) as the embedding endpoint knows it."""
     embedding_url: str | None = None
     """OpenAI-compatible endpoint root serving that model, e.g. a local
-    ``vllm serve MODEL --task embed`` at ``http://127.0.0.1:8000/v1``."""
+    ``vllm serve MODEL --task embed`` at ``http://127.0.0.1:8000/v1``. No
+    credentials in it: use ``embedding_api_key_env``."""
     embedding_api_key_env: str | None = None
     """Name of the environment variable holding the endpoint's API key."""
     rrf_k: int = Field(60, ge=1)
@@ -95,6 +97,14 @@ class BuiltinRagSystemConfig(_SystemBase):
 
     @model_validator(mode="after")
     def _dense_needs_endpoint(self) -> BuiltinRagSystemConfig:
+        where = literal_in_url(self.embedding_url or "")
+        if where is not None:
+            msg = (
+                f"system {self.name!r}: embedding_url holds a literal credential "
+                f"(its {where}); remove it and set embedding_api_key_env to the "
+                "name of the variable holding the key (the value is not shown)"
+            )
+            raise ValueError(msg)
         if self.retriever != "bm25" and not (
             self.embedding_url and self.embedding_model
         ):
@@ -120,11 +130,15 @@ class HttpSystemConfig(_SystemBase):
     ``openai_chat`` (OpenAI-compatible chat endpoint returning references) or
     ``custom`` (body and paths below)."""
     url: str
-    """Endpoint URL; ``${ENV_NAME}`` is replaced from the environment."""
+    """Endpoint URL; ``${ENV_NAME}`` is replaced from the environment (the
+    variable must be listed in the run config's ``env_vars``)."""
     method: Literal["POST", "GET"] = "POST"
     """HTTP method (GET sends the body's top-level values as query parameters)."""
     headers: dict[str, str] = Field(default_factory=dict)
-    """Headers; ``${ENV_NAME}`` is replaced from the environment (secrets)."""
+    """Headers; ``${ENV_NAME}`` is replaced from the environment (secrets; the
+    variable must be listed in ``env_vars``). A credential header
+    (``Authorization``, ``api-key``, ``x-api-key``, ``cookie``, ``*token*``, ...)
+    with a literal value is refused: write ``Bearer ${RAGFLOW_API_KEY}``."""
     body: dict[str, Any] | None = None
     """JSON body template; ``{question}`` and ``{question_id}`` inside strings are
     replaced. Default: the preset's body (custom: ``{"question": "{question}",
@@ -150,6 +164,56 @@ class HttpSystemConfig(_SystemBase):
     """First backoff; doubles each retry, with jitter; ``Retry-After`` wins."""
     backoff_max_s: float = Field(30.0, ge=0)
     """Cap on one backoff wait (also on ``Retry-After``)."""
+
+    @model_validator(mode="after")
+    def _no_literal_credentials(self) -> HttpSystemConfig:
+        for header, value in self.headers.items():
+            if literal_credential(header, value):
+                example = (
+                    "Bearer ${RAG_API_KEY}"
+                    if header.lower() in ("authorization", "proxy-authorization")
+                    else "${RAG_API_KEY}"
+                )
+                msg = (
+                    f"system {self.name!r}: header {header!r} holds a literal "
+                    "credential; secrets come only from the environment: write "
+                    f"{header}: {example!r} and list RAG_API_KEY in the config's "
+                    "top-level env_vars (the value is not shown here)"
+                )
+                raise ValueError(msg)
+        where = literal_in_url(self.url)
+        if where is not None:
+            msg = (
+                f"system {self.name!r}: url holds a literal credential (its "
+                f"{where}); write it as ${{RAG_API_KEY}} and list RAG_API_KEY in "
+                "env_vars, or send it in a header (the value is not shown here)"
+            )
+            raise ValueError(msg)
+        for key in _credential_keys(self.body or {}):
+            msg = (
+                f"system {self.name!r}: body field {key!r} looks like a credential "
+                "with a literal value; send it in a header instead, e.g. headers: "
+                "{x-api-key: '${RAG_API_KEY}'} with RAG_API_KEY in env_vars (the "
+                "value is not shown here)"
+            )
+            raise ValueError(msg)
+        return self
+
+
+def _credential_keys(body: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of ``body`` that hold a literal credential."""
+    found: list[str] = []
+    if isinstance(body, dict):
+        for k, v in body.items():
+            path = f"{prefix}{k}"
+            if isinstance(v, dict | list):
+                found += _credential_keys(v, path + ".")
+            elif literal_credential(str(k), v):
+                found.append(path)
+    elif isinstance(body, list):
+        for i, v in enumerate(body):
+            found += _credential_keys(v, f"{prefix}[{i}].")
+    return found
 
 
 SystemConfig = Annotated[

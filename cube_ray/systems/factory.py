@@ -20,6 +20,7 @@ def build_system(
     documents_path: str,
     generator: EngineConfig | None,
     answer_template: str = "answer",
+    nonce: str | None = None,
 ) -> SystemUnderTest:
     """Build the system a config describes; heavy set-up happens here.
 
@@ -33,6 +34,8 @@ def build_system(
         generator: The run's generator engine; the built-in RAG answers with it.
         answer_template: Answer prompt template (name or path), the same as the
             bounds use.
+        nonce: The prompt-tag nonce of the built-in RAG's answer prompts (a
+            run passes its own; default: a random one).
 
     Raises:
         ConfigError: If the built-in RAG has no generator.
@@ -61,6 +64,7 @@ def build_system(
             documents_path=documents_path,
             generator=generator,
             answer_template=answer_template,
+            nonce=nonce,
         )
     from cube_ray.systems.http import HttpSystem
 

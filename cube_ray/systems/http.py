@@ -2,7 +2,8 @@ r"""A deployed RAG service reached over HTTP (the usual system under test).
 
 A request is built from a template (method, URL, headers, JSON body), where
 ``${ENV_NAME}`` in the URL and headers is read from the environment (secrets
-stay out of configs and logs) and ``{question}`` / ``{question_id}`` in body
+stay out of configs and logs; the run config must declare the variable in
+``env_vars``) and ``{question}`` / ``{question_id}`` in body
 strings are replaced per question. The answer and the ranked retrieved ids are
 read from the JSON response by dotted paths (:func:`resolve_path`).
 
@@ -43,12 +44,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cube_ray.env import secret
+from cube_ray.env import expand_env
 from cube_ray.errors import ConfigError, MissingDependencyError
 from cube_ray.systems.base import QuestionIn, SystemAnswer
 from cube_ray.systems.config import HttpSystemConfig
 
-__all__ = ["PRESETS", "HttpSystem", "Preset", "expand_env", "resolve_path"]
+__all__ = ["PRESETS", "HttpSystem", "Preset", "resolve_path"]
 
 log = logging.getLogger(__name__)
 
@@ -89,32 +90,7 @@ PRESETS: dict[str, Preset] = {
 }
 """Known request/response layouts by preset name."""
 
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d*)\]")
-
-
-def expand_env(text: str, *, where: str) -> str:
-    """Replace ``${NAME}`` by the environment variable NAME.
-
-    Raises:
-        ConfigError: Naming the variable (never a value) when it is unset.
-
-    >>> import os; os.environ["CUBE_DOC_TEST"] = "s3cret"
-    >>> expand_env("Bearer ${CUBE_DOC_TEST}", where="headers")
-    'Bearer s3cret'
-    """
-
-    def repl(m: re.Match[str]) -> str:
-        value = secret(m.group(1))
-        if value is None:
-            msg = (
-                f"{where} refers to the environment variable {m.group(1)}, which is "
-                f"not set; export {m.group(1)}=... before running"
-            )
-            raise ConfigError(msg)
-        return value
-
-    return _ENV.sub(repl, text)
 
 
 def _parse_path(path: str) -> list[tuple[str | None, str | None]]:

@@ -49,6 +49,7 @@ def test_embedded_model_generates_and_scores(tiny_engine_env: dict[str, str]) ->
                 "办护照要多久?",
                 answer,
                 default_rubric(dim),
+                nonce="emb3dded",
             )
             for answer in ("7 个工作日。", "我不知道。")
             for dim in DEFAULT_DIMENSIONS[:2]

@@ -25,8 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
+from cube_ray.config import RunConfig
 from cube_ray.engines import FakeEngineConfig
 from cube_ray.errors import ConfigError
+from cube_ray.prompts import derive_nonce
 from cube_ray.retrieval import gold_rank
 from cube_ray.systems import (
     BuiltinRagSystemConfig,
@@ -369,6 +371,7 @@ output_dir: {tmp_path / "out"}
         encoding="utf-8",
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("CUBE_RAY_PROMPT_KEY", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cube_ray.cli", "serve-rag", str(config), "--port", "0"],
         stderr=subprocess.PIPE,
@@ -395,6 +398,8 @@ output_dir: {tmp_path / "out"}
             BuiltinRagSystemConfig(k=3),
             documents_path=str(tmp_path / "out" / "serve_rag" / "documents"),
             generator=FakeEngineConfig(name="gen"),
+            # serve-rag's answer prompts carry the nonce derived from its config.
+            nonce=derive_nonce(RunConfig.from_yaml(config).fingerprint()),
         ).answer(QUESTIONS)
         _same(via_http, local)
     finally:

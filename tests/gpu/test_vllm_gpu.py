@@ -48,7 +48,13 @@ def test_vllm_engine_on_gpu(tiny_model_dir: Path) -> None:
     )
     try:
         prompts = [
-            render_judge("事项: 测试", "How long?", "3 days.", default_rubric(d))
+            render_judge(
+                "事项: 测试",
+                "How long?",
+                "3 days.",
+                default_rubric(d),
+                nonce="gpu0nce1",
+            )
             for d in DEFAULT_DIMENSIONS
         ]
         argmax = engine.score(prompts, mode="argmax")

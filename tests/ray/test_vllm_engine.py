@@ -53,6 +53,7 @@ def _prompts() -> list[str]:
                     f"How long does item {q} take?",
                     f"It takes {q + 3} working days.",
                     default_rubric(dim),
+                    nonce="r4yn0nce",
                 )
             )
     return out

@@ -23,6 +23,8 @@ QUESTIONS = [
     QuestionIn(f"q{i}", q, gold) for i, (q, gold) in enumerate(ZH_QUERIES.items())
 ]
 
+NONCE = "n0nce42"
+
 
 @pytest.fixture
 def documents(tmp_path: Path) -> Path:
@@ -35,6 +37,7 @@ def test_answers_use_bounds_prompt_and_rank_order(documents: Path) -> None:
         BuiltinRagSystemConfig(name="rag@k3", k=3),
         documents_path=str(documents),
         generator=generator,
+        nonce=NONCE,
     )
     assert isinstance(system, SystemUnderTest)
     assert isinstance(system, BuiltinRagSystem)
@@ -47,7 +50,7 @@ def test_answers_use_bounds_prompt_and_rank_order(documents: Path) -> None:
         hits = system.index.search(q.question, k=3)
         assert a.retrieved_doc_ids == [h.doc_id for h in hits]
         texts = [ZH_DOCS[d] for d in a.retrieved_doc_ids]
-        prompt = render_answer(q.question, texts)
+        prompt = render_answer(q.question, texts, nonce=NONCE)
         expected = reference.generate([prompt], sampling=SamplingParams())[0].text
         assert a.answer == expected
         assert a.prompt_tokens == len(prompt)
@@ -117,11 +120,12 @@ def test_max_reference_chars_cuts_documents(documents: Path) -> None:
         BuiltinRagSystemConfig(k=2, max_reference_chars=4),
         documents_path=str(documents),
         generator=FakeEngineConfig(),
+        nonce=NONCE,
     )
     assert isinstance(system, BuiltinRagSystem)
     prompts, hits = system.prompts([QUESTIONS[0].question])
     texts = [ZH_DOCS[h.doc_id][:4] for h in hits[0]]
-    assert prompts == [render_answer(QUESTIONS[0].question, texts)]
+    assert prompts == [render_answer(QUESTIONS[0].question, texts, nonce=NONCE)]
 
 
 @pytest.mark.slow

@@ -1,0 +1,165 @@
+"""Credentials in configs: which keys hold them, masking them, refusing literal ones.
+
+Secrets come only from the environment: a ``${NAME}`` placeholder (HTTP
+system ``url`` and ``headers``, vLLM engine ``env`` values) or an
+``*api_key_env`` field naming the variable. So a config, its manifest copy and
+the report never hold a secret; this module enforces that at config load
+(:func:`literal_credential`) and masks whatever still looks like one wherever
+a config is printed (:func:`mask`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from cube_ray.env import PLACEHOLDER
+
+__all__ = [
+    "MASK",
+    "is_credential_env",
+    "is_credential_key",
+    "literal_credential",
+    "literal_in_url",
+    "mask",
+]
+
+MASK = "***"
+"""What a masked value is printed as."""
+
+_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"}
+)
+# Words that make a key (header, JSON field, query parameter) a credential.
+# "tokens" (counts) and "tokenizer" are not; "*_env" keys name a variable.
+_KEY_WORDS = re.compile(
+    r"token(?!s|izer)|secret|passw(?:or)?d|api[-_]?key|apikey|cookie|credential"
+    r"|private[-_]?key|access[-_]?key|signature|(?:^|[-_])(?:key|sig|nonce)$",
+    re.IGNORECASE,
+)
+# TOKENIZERS_PARALLELISM and the like name settings, not credentials.
+_ENV_WORDS = re.compile(
+    r"TOKEN(?!IZER)|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE
+)
+_SCHEME = re.compile(r"^\s*(?:bearer|basic|token|apikey)?\s*$", re.IGNORECASE)
+_BEARER = re.compile(
+    r"\b(bearer|basic)(\s+)(?!\$\{)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE
+)
+_USERINFO = re.compile(r"(://[^/@\s:]*:)(?!\$\{)[^/@\s]+@")
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a header, field or parameter named ``key`` holds a credential.
+
+    >>> [is_credential_key(k) for k in ("Authorization", "X-API-Key", "HF_TOKEN")]
+    [True, True, True]
+    >>> [is_credential_key(k) for k in ("api_key_env", "max_tokens", "tokenizer")]
+    [False, False, False]
+    """
+    if key.lower().endswith("_env"):
+        return False
+    return key.lower() in _HEADERS or _KEY_WORDS.search(key) is not None
+
+
+def is_credential_env(name: str) -> bool:
+    """Whether an environment variable called ``name`` holds a credential.
+
+    >>> is_credential_env("HF_TOKEN"), is_credential_env("VLLM_CPU_KVCACHE_SPACE")
+    (True, False)
+    >>> is_credential_env("TOKENIZERS_PARALLELISM")
+    False
+    """
+    return _ENV_WORDS.search(name) is not None or is_credential_key(name)
+
+
+def _literal(value: str) -> bool:
+    """True when ``value`` holds something besides placeholders and a scheme."""
+    return _SCHEME.match(PLACEHOLDER.sub("", value)) is None
+
+
+def literal_credential(key: str, value: Any, *, env: bool = False) -> bool:
+    """Whether ``key: value`` writes a credential into the config literally.
+
+    A value made of ``${NAME}`` placeholders (with an optional ``Bearer``) is
+    not literal; neither is an empty one.
+
+    >>> literal_credential("Authorization", "Bearer ${RAG_KEY}")
+    False
+    >>> literal_credential("Authorization", "Bearer abc123")
+    True
+    >>> literal_credential("HF_TOKEN", "hf_x", env=True)
+    True
+    """
+    hit = is_credential_env(key) if env else is_credential_key(key)
+    if not hit:
+        return False
+    if isinstance(value, str):
+        return _literal(value)
+    return value is not None and not isinstance(value, bool)
+
+
+def literal_in_url(url: str) -> str | None:
+    """The part of ``url`` that holds a literal credential, or None.
+
+    >>> literal_in_url("https://u:pw@host/x"), literal_in_url("https://h/?key=abc")
+    ('password', "query parameter 'key'")
+    >>> literal_in_url("https://h/a?api_key=${K}&q=1") is None
+    True
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.password and _literal(parts.password):
+        return "password"
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if value and literal_credential(name, value):
+            return f"query parameter {name!r}"
+    return None
+
+
+def _mask_text(text: str) -> str:
+    text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    if "?" in text and "=" in text:
+        head, _, query = text.partition("?")
+        pairs = [p.partition("=") for p in query.split("&")]
+        if any(is_credential_key(k) and v and _literal(v) for k, _, v in pairs):
+            query = "&".join(
+                f"{k}={MASK}"
+                if is_credential_key(k) and v and _literal(v)
+                else k + eq + v
+                for k, eq, v in pairs
+            )
+            text = f"{head}?{query}"
+    return text
+
+
+def mask(value: Any, *, sensitive: bool = False) -> Any:
+    """A copy of ``value`` (parsed JSON) with credential-looking values masked.
+
+    Under a credential-looking key every value is masked except ``${NAME}``
+    placeholders (they name a variable, not its value); elsewhere, ``Bearer``
+    tokens, URL passwords and credential query parameters inside strings are.
+
+    >>> mask({"headers": {"Authorization": "Bearer abc123", "X-Key": "${K}"}})
+    {'headers': {'Authorization': '***', 'X-Key': '${K}'}}
+    >>> mask({"url": "https://u:pw@h/?token=t0k&q=1", "max_tokens": 5})
+    {'url': 'https://u:***@h/?token=***&q=1', 'max_tokens': 5}
+    """
+    if isinstance(value, Mapping):
+        return {
+            k: mask(v, sensitive=sensitive or is_credential_key(str(k)))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [mask(v, sensitive=sensitive) for v in value]
+    if isinstance(value, str):
+        if sensitive:
+            return value if not _literal(value) else MASK
+        return _mask_text(value)
+    if sensitive and value is not None and not isinstance(value, bool):
+        return MASK
+    return value
