@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cube_ray.commands.report import add_interval_argument
+
 __all__ = ["register"]
 
 
@@ -30,14 +32,7 @@ def register(subparsers: Any) -> None:
         help="bootstrap resamples per run (0: no interval; default 1000)",
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    parser.add_argument(
-        "--interval",
-        choices=["percentile", "bca"],  # cube_ray.report.INTERVAL_METHODS
-        default=None,
-        help="bootstrap interval: percentile or bca (bias-corrected and "
-        "accelerated); default: the one whose coverage BENCHMARKS.md measured "
-        "closest to 95 %%",
-    )
+    add_interval_argument(parser)
     parser.set_defaults(func=_run)
 
 

@@ -39,6 +39,12 @@ def register(subparsers: Any) -> None:
         help="bootstrap resamples of the questions (0: no interval; default 1000)",
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    add_interval_argument(parser)
+    parser.set_defaults(func=_run)
+
+
+def add_interval_argument(parser: Any) -> None:
+    """``--interval percentile|bca`` (shared by ``report`` and ``compare``)."""
     parser.add_argument(
         "--interval",
         choices=["percentile", "bca"],  # cube_ray.report.INTERVAL_METHODS
@@ -47,7 +53,6 @@ def register(subparsers: Any) -> None:
         "accelerated); default: the one whose coverage BENCHMARKS.md measured "
         "closest to 95 %%",
     )
-    parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
