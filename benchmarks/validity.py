@@ -53,8 +53,7 @@ import polars as pl
 from scipy import stats
 
 from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions
-from cube_ray.aggregate._separation import separated, wilcoxon_greater
+from cube_ray.aggregate import AggregateOptions, separated, wilcoxon_greater
 from cube_ray.report import (
     bca_interval,
     evaluate_replicates,

@@ -9,6 +9,7 @@ reads or writes files, and nothing imports ray, vllm or torch.
 
 from cube_ray.aggregate._math import (
     COUNT,
+    RANK_SCORE,
     cross_judge,
     histogram,
     normalise,
@@ -21,15 +22,19 @@ from cube_ray.aggregate._math import (
     trimmed_mean_exprs,
     trimmed_means,
 )
-from cube_ray.aggregate._options import AggregateOptions, WeightsError
+from cube_ray.aggregate._options import AggregateOptions, BoundsOptions, WeightsError
+from cube_ray.aggregate._separation import NOT_SEPARATED, separated, wilcoxon_greater
 from cube_ray.aggregate._summary import DEGENERATE, OUTSIDE, WEIGHTED, summarize
 
 __all__ = [
     "COUNT",
     "DEGENERATE",
+    "NOT_SEPARATED",
     "OUTSIDE",
+    "RANK_SCORE",
     "WEIGHTED",
     "AggregateOptions",
+    "BoundsOptions",
     "WeightsError",
     "cross_judge",
     "histogram",
@@ -39,8 +44,10 @@ __all__ = [
     "pearson_weights",
     "rank_scores",
     "recall_at_k",
+    "separated",
     "summarize",
     "trim_count",
     "trimmed_mean_exprs",
     "trimmed_means",
+    "wilcoxon_greater",
 ]

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions, rank_scores
+from cube_ray.aggregate import RANK_SCORE, AggregateOptions, rank_scores
 from cube_ray.errors import ConfigError
 
 __all__ = [
@@ -321,10 +321,6 @@ class _Prepared:
     scores: dict[str, FloatArray]  # set name -> [J, D, Q]
 
 
-_RANK_SCORE = "rank_score"
-"""The column :func:`cube_ray.aggregate.rank_scores` adds."""
-
-
 def _available(answers: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The answer rows the system did give, and the keys of those it did not.
 
@@ -380,7 +376,7 @@ def _prepare(
             k=k_of(options, system),
         )
         rank[si, pos] = ranked.get_column(schema.RANK).cast(pl.Float64).to_numpy()
-        rank_score[si, pos] = ranked.get_column(_RANK_SCORE).cast(pl.Float64).to_numpy()
+        rank_score[si, pos] = ranked.get_column(RANK_SCORE).cast(pl.Float64).to_numpy()
 
     ok = scores.filter(pl.col(schema.SCORE).is_not_null()).select(
         schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION, schema.SCORE

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from cube_ray import __version__, schema
-from cube_ray.aggregate import rank_scores
+from cube_ray.aggregate import RANK_SCORE, rank_scores
 from cube_ray.credentials import mask
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
@@ -579,7 +579,7 @@ def _correlations(
         )
         frame = rank_scores(ans, k=run.k_of(system)).select(
             schema.QUESTION_ID,
-            pl.col("rank_score").cast(pl.Float64).alias("rs"),
+            pl.col(RANK_SCORE).cast(pl.Float64).alias("rs"),
             pl.col(schema.RANK).cast(pl.Float64).alias("rank"),
         )
         all_m = np.full((len(run.judges), len(run.dimensions)), np.nan)
