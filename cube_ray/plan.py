@@ -62,6 +62,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     """Count engine calls and estimate prompt tokens per stage and judge."""
     if limit is None:
         limit = config.corpus.limit
+    config = config.with_prompt_language(limit=limit)
     n_docs = 0
     doc_tokens = 0
     for batch in iter_document_batches(config.corpus, limit=limit):

@@ -99,7 +99,7 @@ def serve_rag(args: argparse.Namespace) -> int:
         system_config,
         documents_path=str(documents),
         generator=config.generator,
-        answer_template=config.prompts.answer,
+        answer_template=config.with_prompt_language(limit=args.limit).prompts.answer,
     )
     server = make_server(system, host=args.host, port=args.port)
     host, port = server.server_address[:2]

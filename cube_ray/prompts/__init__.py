@@ -5,6 +5,12 @@ Templates use ``string.Template`` placeholders (``$document``, ``$question``,
 and other characters in the data need no escaping. Every template can be
 overridden by a file path in the config.
 
+There is one packaged prompt set per language: English (``question``,
+``answer``, ``judge``, ``rubrics/<dimension>``) and Chinese (the same names
+under ``zh/``), structurally parallel (same placeholders, same order). The run
+config picks the set with ``prompts.language`` (``auto``: from the share of CJK
+characters in the documents, :func:`cube_ray.language.detect_language`).
+
 Material is put between tags (``<document>``, ``<question>``, ``<answer>``); a
 closing tag inside the material is neutralised, so that an answer cannot close
 its own block and pose as instructions.
@@ -24,14 +30,18 @@ from pathlib import Path
 from string import Template
 
 from cube_ray.errors import ConfigError
+from cube_ray.language import Language, detect_language
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
+    "LANGUAGES",
     "PLACEHOLDERS",
+    "REFERENCE_INSTRUCTIONS",
     "check_template",
     "default_rubric",
     "load_template",
     "neutralise",
+    "packaged_name",
     "render_answer",
     "render_judge",
     "render_question",
@@ -43,6 +53,33 @@ DEFAULT_DIMENSIONS: tuple[str, ...] = (
     "completeness",
     "quality",
 )
+
+LANGUAGES: tuple[Language, ...] = ("en", "zh")
+"""Languages with a packaged prompt set."""
+
+REFERENCE_INSTRUCTIONS: dict[Language, tuple[str, str]] = {
+    "en": (
+        "Base your answer on the reference material below.",
+        "Answer from your own knowledge.",
+    ),
+    "zh": (
+        "请依据下面的参考材料回答，写出材料中与问题相关的具体信息（如申请条件、"
+        "申请材料、办理地点、时限、费用、咨询电话）；材料中没有的内容不要编造。",
+        "请根据你自己的知识回答。",
+    ),
+}
+"""``$reference_instruction`` with and without references, per language; the
+language is the answer template's own (a Chinese template gets Chinese)."""
+
+
+def packaged_name(name: str, language: Language) -> str:
+    """The packaged template ``name`` in the prompt set of ``language``.
+
+    >>> packaged_name("judge", "zh"), packaged_name("rubrics/quality", "en")
+    ('zh/judge', 'rubrics/quality')
+    """
+    return name if language == "en" else f"{language}/{name}"
+
 
 _TAGS = ("document", "question", "answer", "reference")
 _CLOSING = re.compile(r"</\s*(" + "|".join(_TAGS) + r")\s*>", re.IGNORECASE)
@@ -143,9 +180,10 @@ def check_template(name_or_path: str, kind: str) -> Template:
     return template
 
 
-def default_rubric(dimension: str) -> str:
-    """The packaged rubric text of a default dimension."""
-    return load_template(f"rubrics/{dimension}").template.strip()
+def default_rubric(dimension: str, language: Language = "en") -> str:
+    """The packaged rubric text of a default dimension in ``language``."""
+    name = packaged_name(f"rubrics/{dimension}", language)
+    return load_template(name).template.strip()
 
 
 def render_question(document: str, *, template: str = "question") -> str:
@@ -167,22 +205,30 @@ def render_answer(
         question: The citizen's question.
         references: Reference documents in rank order; ``None`` or empty for the
             zero-score bound (no context).
-        template: Template name or path.
+        template: Template name or path; its language (CJK share) picks the
+            language of ``$reference_instruction``.
     """
+    tpl = check_template(template, "answer")
+    with_refs, without = REFERENCE_INSTRUCTIONS[_template_language(template)]
     if references:
         blocks = "".join(
             f'<reference n="{i}">\n{neutralise(ref)}\n</reference>\n\n'
             for i, ref in enumerate(references, start=1)
         )
-        instruction = "Base your answer on the reference material below."
+        instruction = with_refs
     else:
         blocks = ""
-        instruction = "Answer from your own knowledge."
-    return check_template(template, "answer").substitute(
+        instruction = without
+    return tpl.substitute(
         question=neutralise(question),
         references=blocks,
         reference_instruction=instruction,
     )
+
+
+@lru_cache(maxsize=64)
+def _template_language(name_or_path: str) -> Language:
+    return detect_language([load_template(name_or_path).template])
 
 
 def render_judge(
