@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.config import RunConfig, engine_fingerprint
+from cube_ray.console import console, quiet_console
 from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.errors import ConfigError, CubeRayError, InputError
 from cube_ray.prompts import load_template
@@ -281,6 +282,10 @@ class RunOptions:
     """Progress bars; None uses ``ray.progress`` of the config."""
     report: bool = True
     """Write report.html/report.md when ``cube_ray.report`` is available."""
+    quiet: bool = False
+    """Send vLLM/Ray output (and anything else written to stdout/stderr) to
+    ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
+    own progress and messages still reach the terminal."""
 
 
 @dataclass
@@ -321,6 +326,8 @@ class RunResult:
     summary_path: Path | None
     manifest_path: Path
     report_paths: list[Path] = field(default_factory=list)
+    log_path: Path | None = None
+    """Where engine and Ray output went (quiet runs)."""
 
 
 # --- the driver -------------------------------------------------------------------
@@ -377,7 +384,7 @@ class _Progress:
         if enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=name, unit="row", file=sys.stderr)
+            self._bar = tqdm(total=total, desc=name, unit="row", file=console())
 
     def update(self, n: int) -> None:
         if self._bar is not None:
@@ -1144,7 +1151,7 @@ class _Driver:
 
     def _say(self, text: str) -> None:
         if self.progress:
-            print(f"cube-ray: {text}", file=sys.stderr)
+            print(f"cube-ray: {text}", file=console())
 
     # -- the stages ----------------------------------------------------------------
 
@@ -1488,6 +1495,10 @@ def _ray_init(config: RunConfig, options: RunOptions) -> bool:
     if address and address != "local":
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
     else:
+        # Ray runs its workers at niceness 15 by default; here they hold the
+        # engines, the run's main work, and any other process on a shared
+        # laptop would starve them. Read by the raylet this call starts.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(
             address="local",
             num_cpus=config.ray.num_cpus,
@@ -1563,6 +1574,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ConfigError, InputError: Before anything is written to the run dir when
             the config, the corpus or a question/QA file is bad.
     """
+    config = config.with_prompt_language(limit=options.limit or config.corpus.limit)
     for name in (config.prompts.question, config.prompts.answer, config.prompts.judge):
         _template_text(name)
     config.rubrics()  # unreadable rubric files fail here, before any work
@@ -1571,6 +1583,23 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     driver = _Driver(config, options)
     started = _utc()
     corpus_fp = driver.documents()
+    # Only now, with the input valid, may the run dir get a logs/ folder.
+    log_path = (
+        options.run_dir / "logs" / f"run-{driver.stamp}.log" if options.quiet else None
+    )
+    with quiet_console(log_path):
+        result = _run_stages(config, options, driver, corpus_fp, started)
+    return dataclasses.replace(result, log_path=log_path)
+
+
+def _run_stages(
+    config: RunConfig,
+    options: RunOptions,
+    driver: _Driver,
+    corpus_fp: str,
+    started: str,
+) -> RunResult:
+    """Everything after the documents: stages, summary, manifest, report."""
     run_dir = options.run_dir
     manifest_path = run_dir / "manifest.json"
     manifest: dict[str, Any] = {
@@ -1609,8 +1638,20 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     if summary is not None:
         summary_path = run_dir / "summary.json"
         _atomic_json(summary_path, summary)
+    # The manifest is final before the report is written: the report shows it.
+    manifest.update(
+        {
+            "status": "complete",
+            "finished": _utc(),
+            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
+            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
+            "failures": _failures(driver.stats),
+            "summary": "summary.json" if summary_path else None,
+            "report_error": None,
+        }
+    )
+    _atomic_json(manifest_path, manifest)
     report_paths: list[Path] = []
-    report_error: str | None = None
     if options.report and summary is not None:
         try:
             from cube_ray.report import write_report
@@ -1623,21 +1664,11 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
                 paths = write_report(run_dir)
             except Exception as exc:
                 report_error = f"{type(exc).__name__}: {exc}"
-                print(f"cube-ray: report not written: {report_error}", file=sys.stderr)
+                print(f"cube-ray: report not written: {report_error}", file=console())
+                manifest["report_error"] = report_error
+                _atomic_json(manifest_path, manifest)
             else:
                 report_paths = [Path(str(p)) for p in _iter_paths(paths)]
-    manifest.update(
-        {
-            "status": "complete",
-            "finished": _utc(),
-            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
-            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
-            "failures": _failures(driver.stats),
-            "summary": "summary.json" if summary_path else None,
-            "report_error": report_error,
-        }
-    )
-    _atomic_json(manifest_path, manifest)
     return RunResult(run_dir, driver.stats, summary_path, manifest_path, report_paths)
 
 
