@@ -140,7 +140,7 @@ CPU_ENV: dict[str, str] = {
 """Environment the embedded engine runs with (small, in-process, offline)."""
 
 
-def cpu_dtype() -> str:
+def cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """``bfloat16`` where the CPU computes it natively, else ``float32``.
 
     Without AVX512-BF16 or AMX, bfloat16 matrix products are emulated and run
@@ -148,7 +148,7 @@ def cpu_dtype() -> str:
     doubles the weights' memory (about 6.5 GB instead of 3.4 GB).
     """
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:  # not Linux: let the hardware-agnostic choice stand
         return "float32"
     flags = set()

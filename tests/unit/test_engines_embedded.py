@@ -160,3 +160,20 @@ def test_default_location_follows_the_cache_env(
 ) -> None:
     monkeypatch.setenv("CUBE_RAY_CACHE", str(tmp_path))
     assert embedded.model_dir() == tmp_path / "models" / "qwen2.5-coder-1.5b-instruct"
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"),
+    [
+        ("fpu avx avx2 fma", "float32"),
+        ("avx2 avx512f avx512_bf16", "bfloat16"),
+        ("avx2 amx_bf16 amx_tile", "bfloat16"),
+    ],
+)
+def test_bfloat16_only_where_the_cpu_computes_it(
+    tmp_path: Path, flags: str, dtype: str
+) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert embedded.cpu_dtype(info) == dtype
+    assert embedded.cpu_dtype(tmp_path / "missing") == "float32"
