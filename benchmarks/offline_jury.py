@@ -117,6 +117,23 @@ def separation(zero: list[float], full: list[float]) -> dict[str, Any]:
     }
 
 
+class _Unclosable:
+    """An engine seen by a stage that must not close it."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self.name = engine.name
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self._engine.generate(*args, **kwargs)
+
+    def score(self, *args: Any, **kwargs: Any) -> Any:
+        return self._engine.score(*args, **kwargs)
+
+    def close(self) -> None:
+        pass
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=30)
@@ -187,7 +204,10 @@ def main() -> None:
     start = time.perf_counter()
     engine = build_engine(engine_cfg)
     timer["engine_load (conversion if first)"] = round(time.perf_counter() - start, 1)
-    shared = {"engine_factory": lambda _cfg: engine}
+    # Every stage shares the one engine; a stage closes its engine when it is
+    # garbage-collected, so it gets a view whose close() does nothing.
+    view = _Unclosable(engine)
+    shared = {"engine_factory": lambda _cfg: view}
 
     start = time.perf_counter()
     qs = QuestionStage(engine_cfg, template=config.prompts.question, **shared)(
