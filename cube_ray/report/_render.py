@@ -266,7 +266,7 @@ def render_html(
     )
 
 
-_MD_SPECIAL = re.compile(r"[\\`|<>*\[\]]|&(?=#?\w+;)")
+_MD_SPECIAL = re.compile(r"[\\`|<>*]|&(?=#?\w+;)")
 """Characters that would start Markdown or HTML syntax inside a cell."""
 
 
