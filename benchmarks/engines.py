@@ -187,10 +187,10 @@ def main() -> None:
     )
     from cube_ray.engines.embedded import model_dir
 
-    gemma = model_dir()
-    if (gemma / "tokenizer.json").is_file():
-        gtok = AutoTokenizer.from_pretrained(str(gemma))
-        out["prefix_share_gemma_tokenizer"] = prefix_share(
+    embedded = model_dir()
+    if (embedded / "tokenizer.json").is_file():
+        gtok = AutoTokenizer.from_pretrained(str(embedded))
+        out["prefix_share_embedded_tokenizer"] = prefix_share(
             judge_prompts(load_cases(args.share_answers)), gtok
         )
     print(json.dumps(out, ensure_ascii=False, indent=1), flush=True)

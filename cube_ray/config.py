@@ -31,12 +31,20 @@ from cube_ray.engines.config import (
     CODE_LOADING_KWARGS,
     EngineConfig,
     FakeEngineConfig,
+    JudgeConfig,
     OpenAIHttpEngineConfig,
+    ReferenceJudgeConfig,
     VllmEngineConfig,
 )
 from cube_ray.env import placeholders
 from cube_ray.errors import ConfigError
-from cube_ray.prompts import DEFAULT_DIMENSIONS, check_template, default_rubric
+from cube_ray.language import Language
+from cube_ray.prompts import (
+    DEFAULT_DIMENSIONS,
+    check_template,
+    default_rubric,
+    packaged_name,
+)
 from cube_ray.systems.config import SystemConfig
 
 __all__ = [
@@ -193,8 +201,12 @@ class DimensionConfig(StrictModel):
             raise ValueError(msg)
         return self
 
-    def rubric_text(self) -> str:
-        """The rubric: inline text, the file's text, or the packaged default."""
+    def rubric_text(self, language: Language = "en") -> str:
+        """The rubric: inline text, the file's text, or the packaged default.
+
+        Args:
+            language: Prompt set of the packaged default rubric.
+        """
         if self.rubric is not None:
             return self.rubric.strip()
         if self.rubric_file is not None:
@@ -207,7 +219,7 @@ class DimensionConfig(StrictModel):
                 )
                 raise ConfigError(msg) from exc
         if self.name in DEFAULT_DIMENSIONS:
-            return default_rubric(self.name)
+            return default_rubric(self.name, language)
         msg = (
             f"dimension {self.name!r} has no rubric and is not one of the defaults "
             f"{list(DEFAULT_DIMENSIONS)}; set rubric or rubric_file"
@@ -318,15 +330,39 @@ class RayConfig(StrictModel):
     meet fails at once (exit code 2)."""
 
 
+_PACKAGED = ("question", "answer", "judge")
+"""Template kinds with a packaged default in every prompt set."""
+_LANGUAGE_SAMPLE = 200
+"""Documents read to decide ``prompts.language: auto``."""
+
+
 class PromptsConfig(StrictModel):
     """Prompt templates: packaged names or paths to template files."""
 
+    language: Literal["auto", "zh", "en"] = "auto"
+    """Packaged prompt set (templates and default rubrics): ``zh`` (Chinese),
+    ``en`` (English) or ``auto`` (Chinese when CJK characters make up at least
+    a fifth of the Latin letters of the first 200 documents)."""
     question: str = "question"
     """Template asking the generator for a citizen question."""
     answer: str = "answer"
     """Answer template, shared by zero, full and the built-in RAG."""
     judge: str = "judge"
     """Judge template."""
+
+    def for_language(self, language: Language) -> PromptsConfig:
+        """This config with ``language`` set and packaged names in its set.
+
+        >>> p = PromptsConfig(judge="my_judge.txt").for_language("zh")
+        >>> p.language, p.question, p.judge
+        ('zh', 'zh/question', 'my_judge.txt')
+        """
+        names = {
+            kind: packaged_name(kind, language)
+            for kind in _PACKAGED
+            if getattr(self, kind) == kind
+        }
+        return self.model_copy(update={"language": language, **names})
 
     def check(self) -> None:
         """Load every template and check its placeholders (``$nonce`` included).
@@ -374,8 +410,9 @@ class RunConfig(StrictModel):
     generator: EngineConfig
     """The engine that writes questions and the zero/full answers (and the
     built-in RAG's answers)."""
-    judges: dict[str, EngineConfig] = Field(min_length=1)
-    """The jury: judge name -> engine."""
+    judges: dict[str, JudgeConfig] = Field(min_length=1)
+    """The jury: judge name -> engine (an LLM engine, or ``backend: reference``,
+    the deterministic reference judge)."""
     dimensions: list[DimensionConfig] = Field(default_factory=default_dimensions)
     """Scoring dimensions; default the four of the method."""
     systems: list[SystemConfig] = Field(default_factory=list)
@@ -433,6 +470,18 @@ class RunConfig(StrictModel):
             if not judge or "/" in judge:
                 msg = f"judge name {judge!r} must be non-empty and contain no '/'"
                 raise ValueError(msg)
+        for judge, engine in self.judges.items():
+            if isinstance(engine, ReferenceJudgeConfig):
+                unmeasured = [d for d in dims if d not in engine.measures]
+                if unmeasured:
+                    msg = (
+                        f"judges.{judge} is a reference judge and has no measure "
+                        f"for dimensions {unmeasured} (measures: "
+                        f"{dict(engine.measures)}); map each to support or coverage "
+                        f"under judges.{judge}.measures, or score those dimensions "
+                        "with LLM judges only in another run"
+                    )
+                    raise ValueError(msg)
         if self.aggregate.weights == "fixed":
             missing = [d.name for d in self.dimensions if d.weight is None]
             if missing:
@@ -513,7 +562,7 @@ class RunConfig(StrictModel):
                     raise ValueError(msg)
         return self
 
-    def engines(self) -> list[tuple[str, EngineConfig]]:
+    def engines(self) -> list[tuple[str, EngineConfig | ReferenceJudgeConfig]]:
         """(``generator`` / ``judges.<name>``, engine config) of every engine."""
         return [("generator", self.generator)] + [
             (f"judges.{name}", engine) for name, engine in self.judges.items()
@@ -579,8 +628,36 @@ class RunConfig(StrictModel):
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def rubrics(self) -> dict[str, str]:
-        """Dimension name -> rubric text, in configured order."""
-        return {d.name: d.rubric_text() for d in self.dimensions}
+        """Dimension name -> rubric text, in configured order.
+
+        Packaged default rubrics come from the prompt set of
+        ``prompts.language`` (English while it is still ``auto``; see
+        :meth:`with_prompt_language`).
+        """
+        language = self.prompts.language
+        lang: Language = "en" if language == "auto" else language
+        return {d.name: d.rubric_text(lang) for d in self.dimensions}
+
+    def with_prompt_language(self, *, limit: int | None = None) -> RunConfig:
+        """This config with ``prompts.language: auto`` decided from the corpus.
+
+        Reads at most the first 200 documents (of the first ``limit``). A config
+        whose language is already set comes back with its packaged template
+        names in that language's set.
+        """
+        language = self.prompts.language
+        if language == "auto":
+            from cube_ray import schema
+            from cube_ray.corpus import iter_document_batches
+            from cube_ray.language import detect_language
+
+            n = min(limit or _LANGUAGE_SAMPLE, _LANGUAGE_SAMPLE)
+            batch = next(
+                iter_document_batches(self.corpus, batch_rows=n, limit=n), None
+            )
+            texts = [] if batch is None else batch.column(schema.TEXT).to_pylist()
+            language = detect_language(t or "" for t in texts)
+        return self.model_copy(update={"prompts": self.prompts.for_language(language)})
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:

@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.config import RunConfig, engine_fingerprint
+from cube_ray.console import console, quiet_console
 from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.env import prompt_key
 from cube_ray.errors import ConfigError, CubeRayError, InputError, ResourceWaitError
@@ -285,6 +286,10 @@ class RunOptions:
     """Progress bars; None uses ``ray.progress`` of the config."""
     report: bool = True
     """Write report.html/report.md when ``cube_ray.report`` is available."""
+    quiet: bool = False
+    """Send vLLM/Ray output (and anything else written to stdout/stderr) to
+    ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
+    own progress and messages still reach the terminal."""
 
 
 @dataclass
@@ -325,6 +330,8 @@ class RunResult:
     summary_path: Path | None
     manifest_path: Path
     report_paths: list[Path] = field(default_factory=list)
+    log_path: Path | None = None
+    """Where engine and Ray output went (quiet runs)."""
 
 
 # --- the driver -------------------------------------------------------------------
@@ -381,7 +388,7 @@ class _Progress:
         if enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=name, unit="row", file=sys.stderr)
+            self._bar = tqdm(total=total, desc=name, unit="row", file=console())
 
     def update(self, n: int) -> None:
         if self._bar is not None:
@@ -1150,7 +1157,7 @@ class _Driver:
 
     def _say(self, text: str) -> None:
         if self.progress:
-            print(f"cube-ray: {text}", file=sys.stderr)
+            print(f"cube-ray: {text}", file=console())
 
     # -- the stages ----------------------------------------------------------------
 
@@ -1517,6 +1524,10 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     if address and address != "local":
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
     else:
+        # Ray runs its workers at niceness 15 by default; here they hold the
+        # engines, the run's main work, and any other process on a shared
+        # laptop would starve them. Read by the raylet this call starts.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(
             address="local",
             num_cpus=config.ray.num_cpus,
@@ -1585,15 +1596,43 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ResourceWaitError: The autoscaler did not add the nodes a pool needs
             within ``ray.resource_wait_s``; the manifest's status says so.
     """
+    config = config.with_prompt_language(limit=options.limit or config.corpus.limit)
     config.prompts.check()  # a bad template (or one without $nonce) fails here
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:
         options = dataclasses.replace(options, limit=config.corpus.limit)
     driver = _Driver(config, options)
     started = _utc()
+    staged = driver.stage_documents()  # a bad corpus fails before Ray starts
+    # Quiet runs send Ray's and the engines' output to a log file: beside the
+    # run dir until the preflight passes (a refused run leaves the run dir
+    # untouched and no file behind), then in RUN_DIR/logs/.
+    log_path = early_log = None
+    if options.quiet:
+        log_path = options.run_dir / "logs" / f"run-{driver.stamp}.log"
+        early_log = driver.run_dir.parent / f".{driver.run_dir.name}.log-{driver.stamp}"
+    try:
+        with quiet_console(early_log):
+            result = _run_stages(
+                config, options, driver, staged, started, (early_log, log_path)
+            )
+    finally:
+        if early_log is not None:
+            early_log.unlink(missing_ok=True)
+    return dataclasses.replace(result, log_path=log_path)
+
+
+def _run_stages(
+    config: RunConfig,
+    options: RunOptions,
+    driver: _Driver,
+    staged: tuple[Path, str, pa.Table | None],
+    started: str,
+    logs: tuple[Path | None, Path | None],
+) -> RunResult:
+    """Everything after the staged documents: Ray, preflight, stages, summary."""
     run_dir = options.run_dir
     manifest_path = run_dir / "manifest.json"
-    staged = driver.stage_documents()  # a bad corpus fails before Ray starts
     try:
         owned = connect_ray(config, options.address)
     except BaseException:
@@ -1607,6 +1646,10 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
             if isinstance(exc, ResourceWaitError):
                 _record_stop(manifest_path, config, started, "resource_timeout", exc)
             raise
+        early_log, log_path = logs
+        if early_log is not None and log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            early_log.replace(log_path)  # the open descriptors follow it
         corpus_fp = driver.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
@@ -1651,8 +1694,20 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     if summary is not None:
         summary_path = run_dir / "summary.json"
         _atomic_json(summary_path, summary)
+    # The manifest is final before the report is written: the report shows it.
+    manifest.update(
+        {
+            "status": "complete",
+            "finished": _utc(),
+            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
+            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
+            "failures": _failures(driver.stats),
+            "summary": "summary.json" if summary_path else None,
+            "report_error": None,
+        }
+    )
+    _atomic_json(manifest_path, manifest)
     report_paths: list[Path] = []
-    report_error: str | None = None
     if options.report and summary is not None:
         try:
             from cube_ray.report import write_report
@@ -1665,26 +1720,16 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
                 paths = write_report(run_dir)
             except Exception as exc:
                 report_error = f"{type(exc).__name__}: {exc}"
-                print(f"cube-ray: report not written: {report_error}", file=sys.stderr)
+                print(f"cube-ray: report not written: {report_error}", file=console())
+                manifest["report_error"] = report_error
+                _atomic_json(manifest_path, manifest)
             else:
                 report_paths = [Path(str(p)) for p in _iter_paths(paths)]
-    manifest.update(
-        {
-            "status": "complete",
-            "finished": _utc(),
-            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
-            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
-            "failures": _failures(driver.stats),
-            "summary": "summary.json" if summary_path else None,
-            "report_error": report_error,
-        }
-    )
-    _atomic_json(manifest_path, manifest)
     return RunResult(run_dir, driver.stats, summary_path, manifest_path, report_paths)
 
 
 def _say_preflight(text: str) -> None:
-    print(f"cube-ray: preflight: {text}", file=sys.stderr, flush=True)
+    print(f"cube-ray: preflight: {text}", file=console(), flush=True)
 
 
 def _record_stop(

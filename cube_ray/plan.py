@@ -66,6 +66,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     config.prompts.check()
     if limit is None:
         limit = config.corpus.limit
+    config = config.with_prompt_language(limit=limit)
     n_docs = 0
     doc_tokens = 0
     for batch in iter_document_batches(config.corpus, limit=limit):
@@ -131,6 +132,9 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     rubric_tokens = sum(estimate_tokens(r) for r in rubrics.values())
     for judge, engine in config.judges.items():
         calls = n_answers * len(rubrics)
+        if engine.backend == "reference":  # no model, no prompt
+            rows.append(PlanRow(f"scores:{judge}", "reference (no LLM)", calls, 0))
+            continue
         total = shared * len(rubrics) + n_answers * rubric_tokens
         unique = shared + n_answers * rubric_tokens
         rows.append(

@@ -81,7 +81,7 @@ def load_engine_configs(path: str | Path) -> dict[str, Any]:
     import yaml
     from pydantic import TypeAdapter, ValidationError
 
-    from cube_ray.engines.config import EngineConfig
+    from cube_ray.engines.config import JudgeConfig
 
     p = Path(path)
     try:
@@ -111,7 +111,7 @@ def load_engine_configs(path: str | Path) -> dict[str, Any]:
             "`engines` key"
         )
         raise ConfigError(msg)
-    adapter: TypeAdapter[Any] = TypeAdapter(EngineConfig)
+    adapter: TypeAdapter[Any] = TypeAdapter(JudgeConfig)
     out: dict[str, Any] = {}
     for name, entry in raw.items():
         if isinstance(entry, dict):
@@ -141,6 +141,7 @@ def check_engines(
     configs: dict[str, Any], *, mode: str | None = None
 ) -> list[dict[str, Any]]:
     """Build each engine, ask one score, close it; one result dict per engine."""
+    from cube_ray.engines.base import ItemJudge, JudgeItem
     from cube_ray.engines.registry import build_engine
     from cube_ray.prompts import default_rubric, fresh_nonce, render_judge
 
@@ -154,7 +155,7 @@ def check_engines(
     results = []
     for name, config in configs.items():
         row: dict[str, Any] = {"engine": name, "backend": config.backend}
-        score_mode = mode or config.score_mode
+        score_mode = mode or getattr(config, "score_mode", "argmax")
         row["mode"] = score_mode
         start = time.perf_counter()
         try:
@@ -167,7 +168,17 @@ def check_engines(
         row["load_s"] = round(time.perf_counter() - start, 3)
         try:
             t0 = time.perf_counter()
-            [result] = engine.score([prompt], mode=score_mode)  # type: ignore[arg-type]
+            if isinstance(engine, ItemJudge):  # the reference judge: no prompt
+                item = JudgeItem(
+                    SAMPLE_DOCUMENT,
+                    SAMPLE_QUESTION,
+                    SAMPLE_ANSWER,
+                    next(iter(config.measures), "relevance"),
+                    "",
+                )
+                [result] = engine.judge_items([item])
+            else:
+                [result] = engine.score([prompt], mode=score_mode)  # type: ignore[arg-type]
             row["latency_s"] = round(time.perf_counter() - t0, 3)
             row.update(
                 score=result.score,

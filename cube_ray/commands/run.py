@@ -44,6 +44,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html/.md")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show vLLM and Ray output on the console (default: RUN_DIR/logs/)",
+    )
     p.add_argument("--call-log", help=argparse.SUPPRESS)
     p.set_defaults(func=run_command)
 
@@ -68,6 +73,7 @@ def run_command(args: argparse.Namespace) -> int:
 
             run_preflight(config, run_dir=run_dir, address=args.address)
         return 0
+    from cube_ray.errors import CubeRayError
     from cube_ray.pipeline import RunOptions, run_pipeline
 
     options = RunOptions(
@@ -78,8 +84,20 @@ def run_command(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         progress=False if args.no_progress else None,
         report=not args.no_report,
+        quiet=not args.verbose,
     )
-    result = run_pipeline(config, options)
+    try:
+        result = run_pipeline(config, options)
+    except CubeRayError:
+        raise
+    except Exception as exc:
+        if args.verbose:
+            raise
+        # The traceback and the engines' output are in the run's log.
+        logs = run_dir / "logs"
+        where = f"; details in {logs}/" if logs.is_dir() else ""
+        print(f"cube-ray: error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+        return 1
     print(f"run dir:  {result.run_dir}")
     for table in ("documents", "questions", "answers", "scores"):
         print(f"{table + ':':10s}{result.run_dir / table}/")
@@ -90,5 +108,7 @@ def run_command(args: argparse.Namespace) -> int:
     for path in result.report_paths:
         print(f"report:   {path}")
     print(f"manifest: {result.manifest_path}")
+    if result.log_path is not None:
+        print(f"logs:     {result.log_path} (vLLM and Ray output; --verbose shows it)")
     sys.stdout.flush()
     return 0

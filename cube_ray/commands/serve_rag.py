@@ -102,7 +102,7 @@ def serve_rag(args: argparse.Namespace) -> int:
         system_config,
         documents_path=str(documents),
         generator=config.generator,
-        answer_template=config.prompts.answer,
+        answer_template=config.with_prompt_language(limit=args.limit).prompts.answer,
         # Derived from the config (and $CUBE_RAY_PROMPT_KEY): the same answer
         # prompts on every start, as a run's on resume.
         nonce=derive_nonce(config.fingerprint(), key=prompt_key()),

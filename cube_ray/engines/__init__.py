@@ -1,9 +1,11 @@
-"""LLM engines behind one protocol: vLLM, OpenAI-compatible HTTP, embedded, fake."""
+"""Engines behind one protocol: vLLM, HTTP, embedded, fake, reference (no LLM)."""
 
 from cube_ray.engines.base import (
     SCORE_CHOICES,
     Engine,
     Generation,
+    ItemJudge,
+    JudgeItem,
     SamplingParams,
     ScoreMode,
     ScoreResult,
@@ -12,8 +14,10 @@ from cube_ray.engines.config import (
     EmbeddedEngineConfig,
     EngineConfig,
     FakeEngineConfig,
+    JudgeConfig,
     OpenAIHttpEngineConfig,
     PoolConfig,
+    ReferenceJudgeConfig,
     SamplingConfig,
     VllmEngineConfig,
 )
@@ -26,8 +30,12 @@ __all__ = [
     "EngineConfig",
     "FakeEngineConfig",
     "Generation",
+    "ItemJudge",
+    "JudgeConfig",
+    "JudgeItem",
     "OpenAIHttpEngineConfig",
     "PoolConfig",
+    "ReferenceJudgeConfig",
     "SamplingConfig",
     "SamplingParams",
     "ScoreMode",

@@ -25,6 +25,8 @@ __all__ = [
     "STATUS_NO_LOGPROBS",
     "Engine",
     "Generation",
+    "ItemJudge",
+    "JudgeItem",
     "SamplingParams",
     "ScoreMode",
     "ScoreResult",
@@ -81,6 +83,35 @@ class ScoreResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeItem:
+    """What a judge sees of one (answer, dimension) row, before any prompt."""
+
+    document: str
+    """The gold document."""
+    question: str
+    """The citizen's question."""
+    answer: str
+    """The answer to score."""
+    dimension: str
+    """The scoring dimension."""
+    rubric: str
+    """The dimension's rubric text."""
+
+
+@runtime_checkable
+class ItemJudge(Protocol):
+    """A judge that scores structured items itself instead of rendered prompts.
+
+    The judge stage hands such an engine :class:`JudgeItem` rows (the reference
+    judge measures the answer against the document; no prompt is involved).
+    """
+
+    def judge_items(self, items: Sequence[JudgeItem]) -> list[ScoreResult]:
+        """Score each item 0..10 (or a missing score with its status)."""
+        ...
 
 
 @runtime_checkable

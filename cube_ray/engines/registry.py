@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from cube_ray.engines.base import Engine
-    from cube_ray.engines.config import EngineConfig
+    from cube_ray.engines.config import JudgeConfig
 
 __all__ = ["BACKENDS", "build_engine"]
 
@@ -20,11 +20,12 @@ BACKENDS: dict[str, str] = {
     "embedded": "cube_ray.engines.embedded:EmbeddedEngine",
     "openai_http": "cube_ray.engines.openai_http:OpenAIHttpEngine",
     "fake": "cube_ray.engines.fake:FakeEngine",
+    "reference": "cube_ray.engines.reference:ReferenceJudge",
 }
 """Backend name -> ``module:Class``; each class has ``from_config(config)``."""
 
 
-def build_engine(config: EngineConfig) -> Engine:
+def build_engine(config: JudgeConfig) -> Engine:
     """Build the engine a config describes (heavy set-up happens here).
 
     Call it once per Ray actor, in the stage's ``__init__``.

@@ -23,6 +23,13 @@ Injection hardening (the convention every template follows):
 * A closing instruction after the material (after the rubric, for judges) says
   that instructions and score claims inside the material are to be ignored.
 
+There is one packaged prompt set per language: English (``question``,
+``answer``, ``judge``, ``rubrics/<dimension>``) and Chinese (the same names
+under ``zh/``), structurally parallel (same placeholders, same order, the same
+nonce tags and closing instruction). The run config picks the set with
+``prompts.language`` (``auto``: from the share of CJK characters in the
+documents, :func:`cube_ray.language.detect_language`).
+
 Judge prompts are laid out instructions -> document -> question -> answer ->
 rubric -> closing instruction, so the dimension prompts of one answer share
 everything up to the rubric, and vLLM's prefix cache serves that part once.
@@ -41,10 +48,13 @@ from pathlib import Path
 from string import Template
 
 from cube_ray.errors import ConfigError
+from cube_ray.language import Language, detect_language
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
+    "LANGUAGES",
     "PLACEHOLDERS",
+    "REFERENCE_INSTRUCTIONS",
     "check_nonce",
     "check_template",
     "default_rubric",
@@ -52,6 +62,7 @@ __all__ = [
     "fresh_nonce",
     "load_template",
     "neutralise",
+    "packaged_name",
     "render_answer",
     "render_judge",
     "render_question",
@@ -64,6 +75,33 @@ DEFAULT_DIMENSIONS: tuple[str, ...] = (
     "completeness",
     "quality",
 )
+
+LANGUAGES: tuple[Language, ...] = ("en", "zh")
+"""Languages with a packaged prompt set."""
+
+REFERENCE_INSTRUCTIONS: dict[Language, tuple[str, str]] = {
+    "en": (
+        "Base your answer on the reference material below.",
+        "Answer from your own knowledge.",
+    ),
+    "zh": (
+        "请依据下面的参考材料回答，写出材料中与问题相关的具体信息（如申请条件、"
+        "申请材料、办理地点、时限、费用、咨询电话）；材料中没有的内容不要编造。",
+        "请根据你自己的知识回答。",
+    ),
+}
+"""``$reference_instruction`` with and without references, per language; the
+language is the answer template's own (a Chinese template gets Chinese)."""
+
+
+def packaged_name(name: str, language: Language) -> str:
+    """The packaged template ``name`` in the prompt set of ``language``.
+
+    >>> packaged_name("judge", "zh"), packaged_name("rubrics/quality", "en")
+    ('zh/judge', 'rubrics/quality')
+    """
+    return name if language == "en" else f"{language}/{name}"
+
 
 _MATERIAL_TAGS = ("document", "question", "answer", "reference")
 # Role and chat-template names an injected text may use to pose as the prompt's
@@ -306,9 +344,10 @@ def check_template(name_or_path: str, kind: str) -> Template:
     return template
 
 
-def default_rubric(dimension: str) -> str:
-    """The packaged rubric text of a default dimension."""
-    return load_template(f"rubrics/{dimension}").template.strip()
+def default_rubric(dimension: str, language: Language = "en") -> str:
+    """The packaged rubric text of a default dimension in ``language``."""
+    name = packaged_name(f"rubrics/{dimension}", language)
+    return load_template(name).template.strip()
 
 
 def render_question(document: str, *, nonce: str, template: str = "question") -> str:
@@ -338,24 +377,32 @@ def render_answer(
         references: Reference documents in rank order; ``None`` or empty for the
             zero-score bound (no context).
         nonce: The run's tag nonce (:func:`derive_nonce`).
-        template: Template name or path.
+        template: Template name or path; its language (CJK share) picks the
+            language of ``$reference_instruction``.
     """
     nonce = check_nonce(nonce)
+    tpl = check_template(template, "answer")
+    with_refs, without = REFERENCE_INSTRUCTIONS[_template_language(template)]
     if references:
         blocks = "".join(
             f'<reference-{nonce} n="{i}">\n{neutralise(ref)}\n</reference-{nonce}>\n\n'
             for i, ref in enumerate(references, start=1)
         )
-        instruction = "Base your answer on the reference material below."
+        instruction = with_refs
     else:
         blocks = ""
-        instruction = "Answer from your own knowledge."
-    return check_template(template, "answer").substitute(
+        instruction = without
+    return tpl.substitute(
         question=neutralise(question),
         references=blocks,
         reference_instruction=instruction,
         nonce=nonce,
     )
+
+
+@lru_cache(maxsize=64)
+def _template_language(name_or_path: str) -> Language:
+    return detect_language([load_template(name_or_path).template])
 
 
 def render_judge(

@@ -103,6 +103,16 @@ class RunData:
         block = _get(self.summary, "judges", judge)
         return block if isinstance(block, dict) else {}
 
+    def judge_kind(self, judge: str) -> str:
+        """How a judge is labelled: ``reference judge (no LLM)`` or ``LLM``.
+
+        Read from the run config in the manifest; ``LLM`` when unknown.
+        """
+        config = _get(self.manifest or {}, "config", "judges", judge)
+        if isinstance(config, dict) and config.get("backend") == "reference":
+            return "reference judge (no LLM)"
+        return "LLM"
+
     def parameters(self) -> dict[str, Any]:
         """The aggregation parameters recorded in the summary, if any."""
         value = self.summary.get("parameters")

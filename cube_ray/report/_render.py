@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -265,12 +266,25 @@ def render_html(
     )
 
 
+_MD_SPECIAL = re.compile(r"[\\`|<>*]|&(?=#?\w+;)")
+"""Characters that would start Markdown or HTML syntax inside a cell."""
+
+
 def _md_cell(cell: Cell, limit: int = 160) -> str:
+    r"""One table cell (or line) of plain text as Markdown: one line, literal.
+
+    Newlines collapse to spaces and Markdown/HTML syntax is backslash-escaped
+    (not HTML-escaped: ``&lt;`` would show as such in a text viewer), so a
+    pipe, a tag or a backtick in an answer cannot break the table.
+
+    >>> print(_md_cell("<question>\nA | B `x` &amp; *y*"))
+    \<question\> A \| B \`x\` \&amp; \*y\*
+    """
     text = cell.text if isinstance(cell, LongText) else str(cell)
     if isinstance(cell, LongText) and len(text) > limit:
         text = text[:limit] + "…"
-    text = html.escape(" ".join(text.split()), quote=False)
-    return text.replace("|", "\\|").replace("`", "\\`") or " "
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(), " ".join(text.split()))
+    return text or " "
 
 
 def _block_md(block: Block | Section, level: int) -> list[str]:

@@ -471,6 +471,18 @@ def _per_judge(run: RunData, rep: CubeReplicates | None) -> Section:
                 numeric=frozenset(range(2, 4 + len(cols))),
             )
         )
+    kinds = {judge: run.judge_kind(judge) for judge in run.judges}
+    if any(kind != "LLM" for kind in kinds.values()):
+        sec.blocks.append(
+            Table(
+                ["judge", "kind"],
+                [[judge, kind] for judge, kind in kinds.items()],
+                caption="Jurors. A reference judge scores an answer by its n-gram "
+                "support in the gold document (support: share of the answer's "
+                "content found in the document; coverage: share of the document's "
+                "question-relevant content found in the answer), not by reading it",
+            )
+        )
     flags = _flags(run, rep)
     if flags:
         sec.blocks.append(
@@ -1036,7 +1048,13 @@ def _details(run: RunData, boot_meta: str) -> Section:
     sec = Section("details", "Run details")
     rows = [
         ["run directory", str(run.run_dir)],
-        ["judges", ", ".join(run.judges)],
+        [
+            "judges",
+            ", ".join(
+                j if run.judge_kind(j) == "LLM" else f"{j} ({run.judge_kind(j)})"
+                for j in run.judges
+            ),
+        ],
         ["systems", ", ".join(run.systems)],
         ["dimensions", ", ".join(run.dimensions)],
         ["bootstrap", boot_meta],

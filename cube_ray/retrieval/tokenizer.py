@@ -11,26 +11,26 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 from cube_ray.errors import MissingDependencyError
+from cube_ray.language import CJK, Language, detect_language
 
 __all__ = [
     "TOKENIZER_VERSION",
     "Language",
+    "char_bigrams",
     "detect_language",
     "tokenize",
     "tokenize_many",
 ]
 
-Language = Literal["zh", "en"]
 
 TOKENIZER_VERSION = "2"
 """Bumped whenever tokenisation changes, so that cached indexes are rebuilt."""
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN = re.compile(r"[A-Za-z]")
+_CJK = CJK
 _KEEP = re.compile(r"[0-9a-z\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _EN_WORD = re.compile(r"[0-9a-z]+")
 
@@ -215,24 +215,40 @@ def tokenize(text: str, *, language: Language) -> list[str]:
     return out
 
 
+_ZH_STOP_CHARS = frozenset(w for w in _ZH_STOP if len(w) == 1)
+_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[0-9a-z]+")
+
+
+def char_bigrams(text: str) -> list[str]:
+    """Content units without a dictionary: CJK character bigrams and Latin words.
+
+    Each run of CJK characters gives its overlapping bigrams (a lone character
+    gives itself); letter/digit runs give themselves. Stopwords of either
+    language are dropped, and so are bigrams with a one-character stopword
+    (``和营`` in ``报告和营业执照`` spans a junction, not a term). No
+    segmenter is needed, so the units are the same on every machine.
+
+    >>> char_bigrams("请问办理护照需要7个工作日吗？")
+    ['问办', '办理', '理护', '护照', '照需', '7', '个工', '工作', '作日']
+    """
+    out: list[str] = []
+    for m in _RUN.finditer(_normalise(text)):
+        piece = m.group()
+        if not _CJK.match(piece):
+            if piece not in _EN_STOP:
+                out.append(piece)
+            continue
+        grams = (
+            [piece]
+            if len(piece) == 1
+            else [piece[i : i + 2] for i in range(len(piece) - 1)]
+        )
+        out.extend(
+            g for g in grams if g not in _ZH_STOP and not _ZH_STOP_CHARS & set(g)
+        )
+    return out
+
+
 def tokenize_many(texts: Sequence[str], *, language: Language) -> list[list[str]]:
     """:func:`tokenize` over a sequence of texts."""
     return [tokenize(t or "", language=language) for t in texts]
-
-
-def detect_language(texts: Iterable[str]) -> Language:
-    """``zh`` if CJK characters make up at least a fifth of Latin letters, else ``en``.
-
-    >>> detect_language(["居民身份证换领", "ID card"])
-    'zh'
-    >>> detect_language(["Passport renewal", "Fees: 10 EUR"])
-    'en'
-    """
-    cjk = latin = 0
-    for text in texts:
-        cjk += len(_CJK.findall(text))
-        latin += len(_LATIN.findall(text))
-    if cjk == 0:
-        return "en"
-    # A CJK character carries about as much as a short English word.
-    return "zh" if cjk * 5 >= latin else "en"

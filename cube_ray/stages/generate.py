@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -27,6 +28,9 @@ QUESTIONS_OUT_SCHEMA = pa.unify_schemas(
 """Columns of the ``questions/`` table the pipeline writes."""
 ANSWERS_OUT_SCHEMA = pa.unify_schemas([schema.ANSWERS_SCHEMA, schema.ANSWERS_EXTRA])
 """Columns of the ``answers/`` table the pipeline writes."""
+
+QUESTION_MAX_TOKENS = 96
+"""Most tokens generated for one question (one sentence)."""
 
 STATUS_NO_QUESTION = "no_question"
 """Answer status when the question itself could not be generated."""
@@ -126,7 +130,10 @@ class _GeneratingStage(Stage):
 class QuestionStage(_GeneratingStage):
     """The generator, playing a citizen, writes one question per document.
 
-    The first non-empty line of its output is the question.
+    The first non-empty line of its output is the question; generation stops
+    after :data:`QUESTION_MAX_TOKENS` tokens (the generator's ``max_tokens`` is
+    sized for answers, and a model that keeps writing after its question would
+    otherwise spend that budget on text that is thrown away).
 
     Input columns: ``doc_id``, ``text``, ``_input_hash``. Output: the questions
     table (``question_id`` = ``doc_id``: one question per document).
@@ -154,7 +161,11 @@ class QuestionStage(_GeneratingStage):
             for t in batch.column(schema.TEXT).to_pylist()
         ]
         self._log_calls(doc_ids)
-        gens = self._engine.generate(prompts, sampling=self._sampling)
+        sampling = dataclasses.replace(
+            self._sampling,
+            max_tokens=min(self._sampling.max_tokens, QUESTION_MAX_TOKENS),
+        )
+        gens = self._engine.generate(prompts, sampling=sampling)
         questions = [_first_line(_text_or_none(g)) for g in gens]
         cols: dict[str, Any] = {
             schema.QUESTION_ID: doc_ids,

@@ -7,7 +7,13 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.engines.base import SCORED_STATUSES, ScoreResult
+from cube_ray.engines.base import (
+    SCORED_STATUSES,
+    ItemJudge,
+    JudgeItem,
+    ScoreMode,
+    ScoreResult,
+)
 from cube_ray.engines.registry import build_engine
 from cube_ray.prompts import fresh_nonce, render_judge
 from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
@@ -27,7 +33,9 @@ class JudgeStage(Stage):
     document), ``question``, ``answer``, ``_input_hash``. Output: score rows;
     a judge output that is not a valid score stays a null ``score`` with its
     ``status`` and ``raw`` text (never 0). Rows without an answer are scored
-    ``no_answer`` without calling the engine.
+    ``no_answer`` without calling the engine. An engine that scores items
+    itself (:class:`~cube_ray.engines.base.ItemJudge`, the reference judge) gets
+    the rows as :class:`~cube_ray.engines.base.JudgeItem` instead of prompts.
 
     Args:
         judge: Name of the judge (``judge`` column).
@@ -67,7 +75,7 @@ class JudgeStage(Stage):
         self._judge = judge
         self._rubrics = dict(rubrics)
         self._template = template
-        self._mode = engine.score_mode
+        self._mode: ScoreMode = getattr(engine, "score_mode", "argmax")
         self._engine = engine_factory(engine)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -75,7 +83,7 @@ class JudgeStage(Stage):
         self.check_columns(batch.column_names)
         rows = batch.select(list(self.required)).to_pylist()
         todo = [i for i, r in enumerate(rows) if r[schema.ANSWER] is not None]
-        prompts = []
+        items = []
         for i in todo:
             r = rows[i]
             rubric = self._rubrics.get(r[schema.DIMENSION])
@@ -85,14 +93,13 @@ class JudgeStage(Stage):
                     f"{r[schema.DIMENSION]!r} (known: {sorted(self._rubrics)})"
                 )
                 raise ValueError(msg)
-            prompts.append(
-                render_judge(
-                    r[schema.TEXT] or "",
-                    r[schema.QUESTION] or "",
-                    r[schema.ANSWER],
-                    rubric,
-                    nonce=self._nonce,
-                    template=self._template,
+            items.append(
+                JudgeItem(
+                    document=r[schema.TEXT] or "",
+                    question=r[schema.QUESTION] or "",
+                    answer=r[schema.ANSWER],
+                    dimension=r[schema.DIMENSION],
+                    rubric=rubric,
                 )
             )
         self._log_calls(
@@ -108,7 +115,7 @@ class JudgeStage(Stage):
                 for i in todo
             ]
         )
-        got = self._engine.score(prompts, mode=self._mode) if prompts else []
+        got = self._judge_items(items) if items else []
         results = [ScoreResult(None, status=STATUS_NO_ANSWER)] * len(rows)
         for i, res in zip(todo, got, strict=True):
             results[i] = res
@@ -128,6 +135,22 @@ class JudgeStage(Stage):
             schema.CONTENT_HASH: [r[INPUT_HASH] for r in rows],
         }
         return pa.Table.from_pydict(cols, schema=self.output_schema)
+
+    def _judge_items(self, items: list[JudgeItem]) -> list[ScoreResult]:
+        if isinstance(self._engine, ItemJudge):
+            return self._engine.judge_items(items)
+        prompts = [
+            render_judge(
+                it.document,
+                it.question,
+                it.answer,
+                it.rubric,
+                nonce=self._nonce,
+                template=self._template,
+            )
+            for it in items
+        ]
+        return self._engine.score(prompts, mode=self._mode)
 
     def close(self) -> None:
         """Close the engine."""

@@ -199,6 +199,16 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     cfg["judges"] = {
         "tiny-argmax": {**engine, "score_mode": "argmax"},
         "tiny-expected": {**engine, "score_mode": "expected"},
+        # The reference judge in the same judge stage machinery (a CPU actor).
+        "reference": {
+            "backend": "reference",
+            "measures": {
+                "relevance": "support",
+                "specificity": "support",
+                "completeness": "coverage",
+                "quality": "coverage",
+            },
+        },
     }
     cfg["allow_fake_engines"] = False
     cfg["ray"] = {"num_cpus": 4}
@@ -223,6 +233,13 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"summary:  {run_dir / 'summary.json'}" in proc.stdout
+    # A quiet console: vLLM's and Ray's lines are in the run's log, not here.
+    [log] = (run_dir / "logs").glob("run-*.log")
+    assert f"logs:     {log}" in proc.stdout
+    assert "vllm" in log.read_text(encoding="utf-8").lower()
+    assert "INFO" not in proc.stderr
+    assert "WARNING" not in proc.stderr
+    assert "Traceback" not in proc.stderr
 
     from cube_ray.aggregate import AggregateOptions, summarize
     from cube_ray.stages import (
@@ -245,7 +262,7 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     scores = read_arrow(run_dir / "scores")
     _check_schema(scores, schema.SCORES_SCHEMA)
     _check_schema(scores, SCORES_OUT_SCHEMA)
-    assert scores.num_rows == 3 * N_DOCS * 2 * 4
+    assert scores.num_rows == 3 * N_DOCS * 3 * 4
     # Real engine output: generated text and valid scores (or explicit statuses).
     assert set(scores.column(schema.STATUS).to_pylist()) >= {"ok"}
     ok = [
@@ -276,11 +293,27 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
 
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["status"] == "complete"
+    # The report shows the final manifest and labels the reference judge.
+    report = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert '"complete"' in report
+    assert '"running"' not in report
+    assert "reference judge (no LLM)" in report
+    scored = [
+        s
+        for s, j in zip(
+            scores.column(schema.SCORE).to_pylist(),
+            scores.column(schema.JUDGE).to_pylist(),
+            strict=True,
+        )
+        if j == "reference" and s is not None
+    ]
+    assert scored
+    assert all(0 <= s <= 10 for s in scored)
     assert manifest["rows"] == {
         "documents": N_DOCS,
         "questions": N_DOCS,
         "answers": 3 * N_DOCS,
-        "scores": 3 * N_DOCS * 8,
+        "scores": 3 * N_DOCS * 12,
     }
     assert manifest["stages"]["scores:tiny-argmax"]["prompt_tokens"] > 0
     assert len(part_files(run_dir / "scores")) >= 2

@@ -36,6 +36,18 @@ def test_check_reads_generator_judges_and_engines(
     assert rows[1]["mode"] == "expected"
 
 
+def test_check_scores_with_the_reference_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = _write(tmp_path, "judges:\n  ref: {backend: reference}\n")
+    assert main(["engines", "check", conf, "--json"]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["backend"] == "reference"
+    assert row["ok"] is True
+    # The sample answer quotes the sample guide: full support.
+    assert row["score"] == 10.0
+
+
 def test_check_one_engine_human_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

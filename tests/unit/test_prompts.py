@@ -3,6 +3,7 @@ tag-like variant, overrides, placeholder checks."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -10,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from cube_ray.errors import ConfigError
+from cube_ray.language import detect_language
 from cube_ray.prompts import (
     DEFAULT_DIMENSIONS,
+    REFERENCE_INSTRUCTIONS,
     check_template,
     default_rubric,
     derive_nonce,
     fresh_nonce,
     neutralise,
+    packaged_name,
     render_answer,
     render_judge,
     render_question,
@@ -266,3 +270,77 @@ def test_every_default_rubric_has_five_criteria() -> None:
         rubric = default_rubric(d)
         assert rubric.startswith(f"Rubric: {d}.")
         assert all(f"({i})" in rubric for i in range(1, 6))
+
+
+def _skeleton(text: str) -> list[str]:
+    """Placeholders and tag lines of a template, in order."""
+    return re.findall(r"</?[a-z]+-\$nonce>|\$[a-z_]+|</?[a-z]+>", text)
+
+
+@pytest.mark.parametrize("kind", ["question", "answer", "judge"])
+def test_the_chinese_set_is_parallel_to_the_english_one(kind: str) -> None:
+    en = check_template(kind, kind).template
+    zh = check_template(packaged_name(kind, "zh"), kind).template
+    assert _skeleton(zh) == _skeleton(en)
+    assert detect_language([zh]) == "zh"
+    assert detect_language([en]) == "en"
+
+
+def test_chinese_answers_get_a_chinese_reference_instruction() -> None:
+    zero = render_answer(QUESTION, None, nonce=NONCE, template="zh/answer")
+    full = render_answer(QUESTION, [DOC], nonce=NONCE, template="zh/answer")
+    assert REFERENCE_INSTRUCTIONS["zh"][1] in zero
+    assert REFERENCE_INSTRUCTIONS["zh"][0] in full
+    assert "knowledge" not in zero + full
+    # The zero bound never sees the document.
+    assert DOC not in zero
+
+
+def test_chinese_question_prompt_forbids_the_answer() -> None:
+    prompt = render_question(DOC, nonce=NONCE, template="zh/question")
+    assert "不要把答案写进问题里" in prompt
+    # One example of the form, with the item left for the model to fill in
+    # (a complete example question is copied verbatim by the 1.5B model).
+    assert "格式举例" in prompt
+    assert prompt.rstrip().endswith("问题：")
+
+
+def test_every_chinese_rubric_has_five_criteria() -> None:
+    for d in DEFAULT_DIMENSIONS:
+        rubric = default_rubric(d, "zh")
+        assert rubric.startswith("评分标准：")
+        assert all(f"({i})" in rubric for i in range(1, 6))
+
+
+def test_language_follows_the_corpus(tmp_path: Path) -> None:
+    from cube_ray.config import RunConfig
+
+    own_judge = tmp_path / "my_judge.txt"
+    own_judge.write_text(check_template("judge", "judge").template, encoding="utf-8")
+
+    def config(texts: list[str], language: str = "auto") -> RunConfig:
+        path = tmp_path / f"c{abs(hash(tuple(texts)))}.jsonl"
+        path.write_text(
+            "".join(json.dumps({"t": t}, ensure_ascii=False) + "\n" for t in texts),
+            encoding="utf-8",
+        )
+        return RunConfig.from_dict(
+            {
+                "corpus": {"path": str(path), "fields": ["t"]},
+                "generator": {"backend": "embedded"},
+                "judges": {"j": {"backend": "embedded"}},
+                "prompts": {"language": language, "judge": str(own_judge)},
+            }
+        )
+
+    zh = config(["居民身份证换领需要什么材料", "护照 passport"]).with_prompt_language()
+    assert zh.prompts.language == "zh"
+    assert (zh.prompts.question, zh.prompts.answer) == ("zh/question", "zh/answer")
+    assert zh.prompts.judge == str(own_judge)  # an override stays as it is
+    assert zh.rubrics()["quality"] == default_rubric("quality", "zh")
+    en = config(["Passport renewal takes 7 days", "身份证"]).with_prompt_language()
+    assert en.prompts.language == "en"
+    assert en.prompts.question == "question"
+    assert en.rubrics()["quality"] == default_rubric("quality")
+    forced = config(["Passport renewal"], "zh").with_prompt_language()
+    assert forced.prompts.language == "zh"

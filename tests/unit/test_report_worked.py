@@ -138,7 +138,7 @@ def test_every_plot_and_section_present(report: tuple[Path, dict[str, Any]]) -> 
 def test_untrusted_text_is_escaped(tmp_path: Path) -> None:
     run = _worked_run(tmp_path / "run")
     answers = pl.read_parquet(WORKED / "answers.parquet")
-    evil = '</td><script>alert("x")</script> a|b `c`'
+    evil = '</td><script>alert("x")</script> a|b `c`\n| x | y |'
     answers.with_columns(pl.lit(evil).alias(schema.ANSWER)).write_parquet(
         run / "answers" / "part-0.parquet"
     )
@@ -147,8 +147,17 @@ def test_untrusted_text_is_escaped(tmp_path: Path) -> None:
     assert "<script" not in html
     assert "&lt;/td&gt;&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
     md = paths.markdown.read_text()
-    assert "&lt;script&gt;" in md
+    # Literal in Markdown: backslash-escaped, not HTML entities.
+    assert "\\<script\\>" in md
+    assert "&lt;" not in md
+    assert "<script" not in md.replace("\\<script", "")
     assert "a\\|b" in md
+    # Newlines and pipes in cells keep every table row as wide as its header.
+    for block in md.split("\n\n"):
+        rows = [line for line in block.splitlines() if line.startswith("| ")]
+        if rows:
+            width = {len(re.findall(r"(?<!\\)\|", r)) for r in rows}
+            assert len(width) == 1, rows
 
 
 def test_summary_only_run(tmp_path: Path) -> None:

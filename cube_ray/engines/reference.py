@@ -1,0 +1,187 @@
+"""The reference judge: a deterministic juror that reads the gold document, no LLM.
+
+It scores an answer 0..10 by its support in the gold document, the idea of
+BLEU/ROUGE used as a member of the jury: cheap, reproducible, and a sanity check
+for LLM judges on any corpus. Each dimension maps to one declared measure:
+
+- ``support`` (faithfulness-type dimensions, e.g. relevance): the share of the
+  answer's distinct content units that occur in the document. An invented
+  materials list or phone number lowers it; a copied guide raises it.
+- ``coverage`` (completeness-type dimensions): the share of the distinct content
+  units of the document's question-relevant lines that occur in the answer. The
+  relevant lines are those sharing a unit with the question (all lines when
+  none does), so a question about materials is measured against the materials
+  line rather than the whole guide.
+
+Content units are CJK character bigrams plus Latin words (``units: bigrams``,
+no dictionary needed) or jieba words (``units: words``, needs rjieba). A
+dimension without a measure is a config error, never a guess.
+
+It implements the engine protocol for the Ray Data judge stage, but it scores
+structured items (:meth:`ReferenceJudge.judge_items`), not rendered prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from cube_ray.engines.base import (
+    Generation,
+    JudgeItem,
+    SamplingParams,
+    ScoreMode,
+    ScoreResult,
+)
+from cube_ray.errors import EngineError
+
+if TYPE_CHECKING:
+    from cube_ray.engines.config import ReferenceJudgeConfig
+
+__all__ = [
+    "MEASURES",
+    "STATUS_NO_CONTENT",
+    "ReferenceJudge",
+    "content_units",
+    "coverage",
+    "relevant_lines",
+    "support",
+]
+
+STATUS_NO_CONTENT = "no_content"
+"""Status of a score that has nothing to measure (an answer or a document
+without content units): missing, never 0."""
+
+
+def content_units(text: str, *, units: str = "bigrams") -> set[str]:
+    """The distinct content units of a text.
+
+    >>> sorted(content_units("护照7个工作日"))
+    ['7', '个工', '作日', '工作', '护照']
+    """
+    from cube_ray.retrieval.tokenizer import char_bigrams, tokenize
+
+    if units == "words":
+        return set(tokenize(text, language="zh"))
+    return set(char_bigrams(text))
+
+
+def support(answer: set[str], document: set[str]) -> float | None:
+    """Share of the answer's units found in the document, 0..1 (None: no units).
+
+    >>> support({"护照", "工作", "作日"}, {"护照", "工作"})
+    0.6666666666666666
+    >>> support(set(), {"护照"}) is None
+    True
+    """
+    if not answer:
+        return None
+    return len(answer & document) / len(answer)
+
+
+def relevant_lines(document: str, question: set[str], *, units: str) -> list[str]:
+    r"""The document's lines that share a unit with the question (all if none).
+
+    >>> doc = "事项名称: 护照签发\n申请材料: 身份证、照片\n咨询电话: 12345"
+    >>> relevant_lines(doc, content_units("办护照要带什么材料？"), units="bigrams")
+    ['事项名称: 护照签发', '申请材料: 身份证、照片']
+    """
+    lines = [line for line in document.splitlines() if line.strip()]
+    hits = [line for line in lines if content_units(line, units=units) & question]
+    return hits or lines
+
+
+def coverage(answer: set[str], relevant: set[str]) -> float | None:
+    """Share of the relevant document units the answer contains, 0..1.
+
+    >>> coverage({"身份", "份证"}, {"身份", "份证", "照片"})
+    0.6666666666666666
+    """
+    if not relevant:
+        return None
+    return len(answer & relevant) / len(relevant)
+
+
+def _support(item: JudgeItem, units: str) -> float | None:
+    return support(
+        content_units(item.answer, units=units),
+        content_units(item.document, units=units),
+    )
+
+
+def _coverage(item: JudgeItem, units: str) -> float | None:
+    question = content_units(item.question, units=units)
+    lines = relevant_lines(item.document, question, units=units)
+    relevant = set().union(*(content_units(x, units=units) for x in lines))
+    return coverage(content_units(item.answer, units=units), relevant)
+
+
+MEASURES: dict[str, Callable[[JudgeItem, str], float | None]] = {
+    "support": _support,
+    "coverage": _coverage,
+}
+"""Measure name -> function of (item, units) giving a share in 0..1."""
+
+
+class ReferenceJudge:
+    """The reference judge as an engine of the Ray Data judge stage.
+
+    Args:
+        name: Name recorded in output tables.
+        measures: Dimension -> measure name (a key of :data:`MEASURES`).
+        units: ``bigrams`` or ``words``.
+    """
+
+    def __init__(
+        self, name: str, *, measures: Mapping[str, str], units: str = "bigrams"
+    ) -> None:
+        unknown = sorted(set(measures.values()) - set(MEASURES))
+        if unknown:
+            msg = f"reference judge {name!r}: unknown measures {unknown}"
+            raise EngineError(msg)
+        self.name = name
+        self._measures = dict(measures)
+        self._units = units
+
+    @classmethod
+    def from_config(cls, config: ReferenceJudgeConfig) -> ReferenceJudge:
+        """The judge a config describes (nothing to load)."""
+        return cls(config.name, measures=config.measures, units=config.units)
+
+    def judge_items(self, items: Sequence[JudgeItem]) -> list[ScoreResult]:
+        """Score each item 0..10 with its dimension's measure (raw: the share)."""
+        out = []
+        for item in items:
+            measure = self._measures.get(item.dimension)
+            if measure is None:
+                msg = (
+                    f"reference judge {self.name!r} has no measure for dimension "
+                    f"{item.dimension!r} (measures: {self._measures})"
+                )
+                raise EngineError(msg)
+            share = MEASURES[measure](item, self._units)
+            if share is None:
+                out.append(ScoreResult(None, status=STATUS_NO_CONTENT))
+                continue
+            out.append(
+                ScoreResult(round(10.0 * share, 6), raw=f"{measure}={share:.4f}")
+            )
+        return out
+
+    def generate(
+        self, prompts: Sequence[str], *, sampling: SamplingParams
+    ) -> list[Generation]:
+        """Not available: the reference judge writes nothing."""
+        msg = f"reference judge {self.name!r} cannot generate text; it only judges"
+        raise EngineError(msg)
+
+    def score(self, prompts: Sequence[str], *, mode: ScoreMode) -> list[ScoreResult]:
+        """Not available: it scores structured items, not rendered prompts."""
+        msg = (
+            f"reference judge {self.name!r} scores (document, question, answer) "
+            "items with judge_items(), not prompts"
+        )
+        raise EngineError(msg)
+
+    def close(self) -> None:
+        """Nothing to release."""
