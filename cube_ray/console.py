@@ -56,8 +56,10 @@ def quiet_console(log_path: Path | None) -> Iterator[Path | None]:
     try:
         yield log_path
     except BaseException:
-        # The full story goes to the log; the caller prints one line.
-        traceback.print_exc()
+        # The full story goes to the log (descriptor 2, whatever sys.stderr is
+        # meanwhile); the caller prints one line.
+        with contextlib.suppress(OSError):
+            os.write(2, traceback.format_exc().encode("utf-8", "replace"))
         raise
     finally:
         _console = None

@@ -339,4 +339,9 @@ def test_repeated_qa_row_fails_before_any_stage(
     assert f"file {qa}, row {len(lines)}, field 'question_id'" in err
     assert "repeats row 0" in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in run_dir.iterdir()) == ["documents", "manifest.json"]
+    # logs/: the run's Ray output (a quiet run); no stage table.
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "documents",
+        "logs",
+        "manifest.json",
+    ]

@@ -323,6 +323,11 @@ def test_job_submit_survives_a_killed_worker(
     assert status == "SUCCEEDED", logs
     assert "cube-ray: preflight: 3 pools fit" in logs
     assert f"manifest: {run_dir / 'manifest.json'}" in logs
+    # `ray job logs` shows cube-ray's own lines; Ray's and its workers' output
+    # (prefixed "(... pid=N)") and tracebacks go to RUN_DIR/logs/.
+    assert "pid=" not in logs, logs[-4000:]
+    assert "Traceback" not in logs, logs[-4000:]
+    assert sorted((run_dir / "logs").glob("run-*.log")), "no run log written"
     assert_complete(run_dir, N_DOCS, judges=1)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete"

@@ -86,8 +86,10 @@ def test_infeasible_pool_is_exit_2_within_seconds(
 
 @pytest.mark.timeout(300)
 def test_autoscaler_only_demand_waits_then_stops(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # capfd: the waiting line goes to the terminal itself while the quiet
+    # console sends descriptors 1 and 2 to the run's log.
     scaler = tmp_path / "cluster.yaml"
     scaler.write_text(
         yaml.safe_dump(
@@ -109,7 +111,7 @@ def test_autoscaler_only_demand_waits_then_stops(
     start = time.monotonic()
     code = main(["run", str(path), "--out", str(run_dir)])
     elapsed = time.monotonic() - start
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert code == 3, err
     assert elapsed < 120
     assert (
