@@ -11,7 +11,8 @@ Checks, in order (each failure is a :class:`ClusterError`, exit code 2):
    ``resources`` per actor, ``min_size`` actors at once) against the alive
    nodes and, when an autoscaler's config is found (``$CUBE_RAY_AUTOSCALER_CONFIG``
    or ``~/ray_bootstrap_config.yaml``, where ``ray up`` puts it on the head),
-   its node types. A demand no node and no node type can meet fails at once,
+   its node types (or the node groups an autoscaler reported to the GCS).
+   A demand no node and no node type can meet fails at once,
    naming the engine, its pool and the missing resource. A demand only the
    autoscaler can meet is requested from it and waited for, up to
    ``ray.resource_wait_s``, with a line every 30 s; then
@@ -61,6 +62,7 @@ __all__ = [
     "live_nodes",
     "pool_demands",
     "preflight",
+    "reported_node_types",
     "resource_problem",
 ]
 
@@ -73,6 +75,11 @@ BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 PROBE_TIMEOUT_S = 180
 """How long a probe task pinned to a node may take (a worker process start)."""
 _SCALAR = ("CPU", "GPU")
+# Where an autoscaler reports its node groups in the GCS's key-value store
+# (ray._raylet's GCS_AUTOSCALER_STATE_NAMESPACE / _CLUSTER_CONFIG_KEY).
+_GCS_AUTOSCALER_NAMESPACE = "__autoscaler"
+_GCS_CLUSTER_CONFIG_KEY = "__autoscaler_cluster_config"
+
 _EPS = 1e-9
 
 
@@ -223,7 +230,11 @@ but no node offers 'judge'
         "; node types: "
         + "; ".join(f"{t.name} x{t.count} {_fmt(t.resources)}" for t in node_types)
         if node_types
-        else "; no autoscaler found"
+        else (
+            "; no autoscaler found (one whose node types cube-ray cannot see, "
+            f"e.g. KubeRay's: set ${AUTOSCALER_CONFIG_ENV} to a cluster YAML "
+            "listing them)"
+        )
     )
     head = (
         f"{demand.pool} asks {_fmt(demand.per_actor)} per actor for min_size "
@@ -278,15 +289,22 @@ def live_nodes() -> list[NodeShape]:
 
 
 def autoscaler_node_types(path: str | None = None) -> list[NodeShape] | None:
-    """Node types of the autoscaler's cluster YAML, or None when none is found.
+    """Node types an autoscaler can add, or None when no autoscaler is found.
 
-    The file is ``path``, else ``$CUBE_RAY_AUTOSCALER_CONFIG``, else
-    ``~/ray_bootstrap_config.yaml`` if it exists (the driver of ``ray job
-    submit`` runs on the head, where ``ray up`` puts it). CPU and GPU a node
-    type does not list are detected by its provider: assumed sufficient.
+    In order: the cluster YAML at ``path`` or ``$CUBE_RAY_AUTOSCALER_CONFIG``;
+    the node groups an autoscaler reported to the GCS (Ray's autoscaler v2
+    does where it reports its cluster config); ``~/ray_bootstrap_config.yaml``
+    (the driver of ``ray job submit`` runs on the head, where ``ray up`` puts
+    it). Every head runs Ray's monitor, so its mere presence says nothing: on
+    KubeRay without a reported config, point ``$CUBE_RAY_AUTOSCALER_CONFIG`` at
+    a cluster YAML listing the worker groups. CPU and GPU a node type does not
+    list are detected by its provider: assumed sufficient.
     """
     where = path or os.environ.get(AUTOSCALER_CONFIG_ENV)
     if not where:
+        reported = reported_node_types()
+        if reported is not None:
+            return reported
         default = Path(BOOTSTRAP_CONFIG).expanduser()
         if not default.is_file():
             return None
@@ -308,6 +326,57 @@ def autoscaler_node_types(path: str | None = None) -> list[NodeShape] | None:
             unknown = frozenset(k for k in _SCALAR if k not in res)
             out.append(NodeShape(name, res, count=count, unknown=unknown))
     return out
+
+
+def _gcs_get(key: str, namespace: str | None) -> bytes | None:
+    """A value of the GCS's internal key-value store (None if unreadable)."""
+    try:
+        from ray.experimental.internal_kv import (
+            _internal_kv_get,
+            _internal_kv_initialized,
+        )
+
+        if not _internal_kv_initialized():  # type: ignore[no-untyped-call]
+            return None
+        value = _internal_kv_get(key, namespace=namespace)
+    except Exception:  # no connected Ray, or an older GCS: nothing reported
+        return None
+    return value if isinstance(value, bytes) and value else None
+
+
+def reported_node_types() -> list[NodeShape] | None:
+    """Node groups an autoscaler reported to the GCS, or None if none did.
+
+    A group with ``max_count`` 1 and the head node's shape is the head's own
+    (it cannot be added); ``max_count`` -1 means no limit.
+    """
+    raw = _gcs_get(_GCS_CLUSTER_CONFIG_KEY, _GCS_AUTOSCALER_NAMESPACE)
+    if raw is None:
+        return None
+    from ray.core.generated import autoscaler_pb2
+
+    config = autoscaler_pb2.ClusterConfig.FromString(raw)  # type: ignore[attr-defined]
+    head = _head_resources()
+    out = []
+    for group in config.node_group_configs:
+        res = {k: float(v) for k, v in group.resources.items()}
+        if not res or group.max_count == 0:
+            continue
+        if group.max_count == 1 and res == head:
+            continue
+        count = 1_000_000 if group.max_count < 0 else int(group.max_count)
+        out.append(NodeShape(group.name or _fmt(res), res, count=count))
+    return out or None
+
+
+def _head_resources() -> dict[str, float] | None:
+    import ray
+
+    for n in cast("list[dict[str, Any]]", ray.nodes()):  # type: ignore[no-untyped-call]
+        res = n.get("Resources") or {}
+        if n.get("Alive") and "node:__internal_head__" in res:
+            return {k: float(v) for k, v in res.items() if not k.startswith("node:")}
+    return None
 
 
 def _request(demands: list[PoolDemand]) -> None:

@@ -41,3 +41,19 @@ def test_autoscaler_node_types_count_and_unknown_cpu() -> None:
     assert problem is not None
     assert "hosts at most 4" in problem
     assert "node types: gpu_judge x1 {judge: 4}" in problem
+
+
+def test_the_gcs_keys_are_ray_s_own() -> None:
+    import ray._raylet as raylet
+
+    from cube_ray import preflight
+
+    assert preflight._GCS_AUTOSCALER_NAMESPACE == raylet.GCS_AUTOSCALER_STATE_NAMESPACE
+    assert preflight._GCS_CLUSTER_CONFIG_KEY == raylet.GCS_AUTOSCALER_CLUSTER_CONFIG_KEY
+
+
+def test_without_node_types_the_message_says_how_to_give_them() -> None:
+    d = PoolDemand("judges.a", {"CPU": 1.0, "judge": 1.0}, 1)
+    problem = resource_problem(d, [CPU4], None)
+    assert problem is not None
+    assert "set $CUBE_RAY_AUTOSCALER_CONFIG to a cluster YAML" in problem
