@@ -158,32 +158,60 @@ def build_set(per_language: int) -> list[Case]:
 
 
 def prompts_for(
-    cases: Sequence[Case], version: str, *, nonce: str, rubric: str
+    cases: Sequence[Case],
+    version: str,
+    *,
+    nonce: str,
+    language: str = "en",
+    template: str | None = None,
 ) -> list[str]:
-    """The judge prompts of ``cases`` (``before`` or ``after`` hardening)."""
-    from cube_ray.prompts import render_judge
+    """The judge prompts of ``cases`` (``before`` or ``after`` hardening).
+
+    ``before`` is always the English baseline. ``after`` uses the packaged
+    prompt set of ``language`` (``auto``: each case's own language, as a run
+    with ``prompts.language: auto`` on that corpus would), or ``template``.
+    """
+    from cube_ray.prompts import default_rubric, packaged_name, render_judge
 
     if version == "before":
+        rubric = default_rubric("relevance")
         return [render_before(c.document, c.question, c.answer, rubric) for c in cases]
-    return [
-        render_judge(c.document, c.question, c.answer, rubric, nonce=nonce)
-        for c in cases
-    ]
+    out = []
+    for c in cases:
+        lang = c.lang if language == "auto" else language
+        out.append(
+            render_judge(
+                c.document,
+                c.question,
+                c.answer,
+                default_rubric("relevance", lang),  # type: ignore[arg-type]
+                nonce=nonce,
+                template=template or packaged_name("judge", lang),  # type: ignore[arg-type]
+            )
+        )
+    return out
+
+
+Scorer = Callable[[Sequence[Case], list[str]], list[float | None]]
+"""Scores cases, given their rendered prompts (the reference judge reads the cases)."""
 
 
 def measure(
     cases: Sequence[Case],
-    score: Callable[[list[str]], list[float | None]],
+    score: Scorer,
     *,
     nonce: str,
-    rubric: str,
+    language: str = "en",
+    template: str | None = None,
 ) -> dict[str, Any]:
-    """Shifts before and after hardening for one judge (``score`` scores prompts)."""
+    """Shifts before and after hardening for one judge."""
     result: dict[str, Any] = {}
     for version in ("before", "after"):
-        prompts = prompts_for(cases, version, nonce=nonce, rubric=rubric)
+        prompts = prompts_for(
+            cases, version, nonce=nonce, language=language, template=template
+        )
         start = time.perf_counter()
-        scores = score(prompts)
+        scores = score(cases, prompts)
         clean = [s for c, s in zip(cases, scores, strict=True) if c.pattern is None]
         result[version] = {
             "seconds": round(time.perf_counter() - start, 1),
@@ -228,18 +256,36 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _engine_scorer(
-    spec: str, *, max_model_len: int = 2048
-) -> tuple[str, Callable[[list[str]], list[float | None]]]:
-    """``embedded`` or ``NAME=MODEL_DIR`` (a local vLLM model) -> scorer."""
-    from cube_ray.engines import EmbeddedEngineConfig, VllmEngineConfig, build_engine
+def _engine_scorer(spec: str, *, max_model_len: int = 2048) -> tuple[str, Scorer]:
+    """``embedded``, ``reference`` or ``NAME=MODEL_DIR`` (a local vLLM model)."""
+    from cube_ray.engines import (
+        EmbeddedEngineConfig,
+        JudgeItem,
+        ReferenceJudgeConfig,
+        VllmEngineConfig,
+        build_engine,
+    )
+    from cube_ray.engines.reference import ReferenceJudge
 
     config: Any
+    if spec == "reference":
+        judge = ReferenceJudge.from_config(ReferenceJudgeConfig())
+
+        def score_items(
+            cases: Sequence[Case], prompts: list[str]
+        ) -> list[float | None]:
+            items = [
+                JudgeItem(c.document, c.question, c.answer, "relevance", "")
+                for c in cases
+            ]
+            return [r.score for r in judge.judge_items(items)]
+
+        return judge.name, score_items
     if spec == "embedded":
-        name = "gemma-3-270m"
         config = EmbeddedEngineConfig(
             score_mode="expected", max_model_len=max_model_len
         )
+        name = config.served_name
     else:
         name, _, model = spec.partition("=")
         config = VllmEngineConfig(
@@ -251,7 +297,7 @@ def _engine_scorer(
         )
     engine = build_engine(config)
 
-    def score(prompts: list[str]) -> list[float | None]:
+    def score(cases: Sequence[Case], prompts: list[str]) -> list[float | None]:
         return [
             r.score if r.status == "ok" else None
             for r in engine.score(prompts, mode="expected")
@@ -269,7 +315,20 @@ def main(argv: list[str] | None = None) -> int:
         "--judge",
         action="append",
         default=None,
-        help="'embedded' or NAME=LOCAL_MODEL_DIR (vLLM); repeatable",
+        help="'embedded', 'reference' or NAME=LOCAL_MODEL_DIR (vLLM); repeatable",
+    )
+    parser.add_argument(
+        "--prompt-language",
+        choices=("en", "auto"),
+        default="en",
+        help="prompt set of the hardened prompts: English for every case, or "
+        "each case's own language (Chinese template and rubric for zh cases)",
+    )
+    parser.add_argument(
+        "--judge-template",
+        default=None,
+        help="judge template (file) of the hardened prompts, instead of the "
+        "packaged one",
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="write results JSON here"
@@ -280,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
-    from cube_ray.prompts import default_rubric, fresh_nonce
+    from cube_ray.prompts import fresh_nonce
 
     cases = build_set(args.per_language)
     n_adv = sum(c.pattern is not None for c in cases)
@@ -288,12 +347,17 @@ def main(argv: list[str] | None = None) -> int:
         f"injection set: {n_adv} adversarial + {len(cases) - n_adv} clean cases",
         flush=True,
     )
-    rubric = default_rubric("relevance")
     nonce = fresh_nonce()
     results: dict[str, dict[str, Any]] = {}
     for spec in args.judge or ["embedded"]:
         name, score = _engine_scorer(spec, max_model_len=args.max_model_len)
-        results[name] = measure(cases, score, nonce=nonce, rubric=rubric)
+        results[name] = measure(
+            cases,
+            score,
+            nonce=nonce,
+            language=args.prompt_language,
+            template=args.judge_template,
+        )
         print(json.dumps({name: results[name]}, ensure_ascii=False), flush=True)
     print(format_table(results))
     if args.out is not None:
@@ -303,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                     "results": results,
                     "cases": [asdict(c) for c in cases],
                     "per_language": args.per_language,
+                    "prompt_language": args.prompt_language,
+                    "judge_template": args.judge_template,
                 },
                 ensure_ascii=False,
                 indent=1,
