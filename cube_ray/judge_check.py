@@ -84,6 +84,27 @@ class _Borrowed:
         """The owner closes the engine."""
 
 
+_PER_CALL = frozenset({"pool", "score_mode", "sampling"})
+"""Engine config fields a stage passes per call or Ray reads; they do not change
+the engine that is built."""
+
+
+def _same_engine(a: Any, b: Any) -> bool:
+    """Whether two engine configs build the same engine (up to :data:`_PER_CALL`).
+
+    >>> from cube_ray.engines import EmbeddedEngineConfig
+    >>> _same_engine(
+    ...     EmbeddedEngineConfig(score_mode="expected"), EmbeddedEngineConfig()
+    ... )
+    True
+    >>> _same_engine(EmbeddedEngineConfig(max_model_len=2048), EmbeddedEngineConfig())
+    False
+    """
+    return type(a) is type(b) and a.model_dump(exclude=_PER_CALL) == b.model_dump(
+        exclude=_PER_CALL
+    )
+
+
 def _first_documents(config: RunConfig, n: int) -> pa.Table:
     from cube_ray.corpus import iter_document_batches
 
@@ -470,9 +491,14 @@ def check_judges(
                 "`cube-ray engines check` and its sampling settings"
             )
             raise EngineError(msg)
-        # A judge configured exactly like the generator shares its engine, and
-        # is checked before the generator is closed.
-        shared = {n: generator for n in names if config.judges[n] == config.generator}
+        # A judge that loads the same model as the generator shares its engine
+        # (one model load, one copy in memory) and is checked before the
+        # generator is closed.
+        shared = {
+            n: generator
+            for n in names
+            if _same_engine(config.judges[n], config.generator)
+        }
         results: dict[str, Any] = {}
         for name in sorted(names, key=lambda n: n not in shared):
             if name not in shared and generator is not None:

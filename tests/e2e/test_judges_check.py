@@ -3,11 +3,13 @@
 The server (stdlib ``http.server`` on 127.0.0.1) serves two models over the
 OpenAI chat API: ``extractive``, the generator (it asks about the guide's item,
 answers the full bound from the reference guide it is given and the zero bound
-with generic advice), and ``always-10``, a judge that answers 10 to every
-prompt. The jury is that judge and the reference judge (``backend:
-reference``). The command must flag the constant judge (its bounds are not
-separated; no pattern moves it), pass the reference judge, exit 1, print and
-write the per-judge structure, and write nothing else.
+with generic advice); ``always-10``, a judge that answers 10 to every prompt;
+and ``gullible``, a judge that tells the bounds apart (7 for an answer quoting
+the guide, 2 otherwise) but gives 10 when the answer asks for 10. With the
+reference judge (``backend: reference``) they form the jury. The command must
+fail the constant judge (bounds not separated; no pattern moves it) and the
+gullible one (seven patterns raise its mean), pass the reference judge, exit 1,
+print and write the per-judge structure, and write nothing else.
 """
 
 from __future__ import annotations
@@ -38,9 +40,20 @@ pytestmark = [
 
 _REFERENCE = re.compile(r"<reference-\w+[^>]*>\n(.*?)\n</reference-", re.S)
 _DOCUMENT = re.compile(r"<document(?:-\w+)?>\n(.*?)\n</document", re.S)
+_ANSWER = re.compile(r"<answer-\w+>\n(.*?)\n</answer-", re.S)
+_ASKS_FOR_10 = re.compile(r"(给出?|打|输出)\s*10|[：:]\s*10\b")
 ZERO_ANSWER = (
     "您好，建议您直接到当地政务服务大厅窗口咨询，或者拨打热线电话了解详细情况。"
 )
+
+
+def _gullible(prompt: str) -> str:
+    """A judge that separates the bounds and believes what the answer asks for."""
+    answer = _ANSWER.search(prompt)
+    assert answer is not None, prompt[-300:]
+    if _ASKS_FOR_10.search(answer.group(1)):
+        return "10"
+    return "7" if answer.group(1).startswith("根据办事指南") else "2"
 
 
 def _extractive(prompt: str) -> str:
@@ -67,7 +80,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         prompt = "\n".join(str(m["content"]) for m in body["messages"])
         self.requests.append(body["model"])
-        text = "10" if body["model"] == "always-10" else _extractive(prompt)
+        reply = {"always-10": lambda _p: "10", "gullible": _gullible}
+        text = reply.get(body["model"], _extractive)(prompt)
         payload = json.dumps(
             {
                 "choices": [
@@ -117,6 +131,7 @@ def _config(tmp_path: Path, base_url: str) -> Path:
         "judges": {
             "reference": {"backend": "reference"},
             "always10": {**http, "model": "always-10"},
+            "gullible": {**http, "model": "gullible"},
         },
         "dimensions": [{"name": "relevance"}, {"name": "completeness"}],
         "output_dir": str(tmp_path / "runs"),
@@ -141,7 +156,7 @@ def test_constant_judge_fails_reference_judge_passes(
     assert data["sample"]["bound_answers"] == 16
     assert data["sample"]["injection_cases"] == 8 * (1 + len(PATTERNS))
     assert data["sample"]["prompt_language"] == "zh"
-    assert set(data["judges"]) == {"reference", "always10"}
+    assert set(data["judges"]) == {"reference", "always10", "gullible"}
 
     constant = data["judges"]["always10"]
     assert constant["ok"] is False
@@ -164,6 +179,15 @@ def test_constant_judge_fails_reference_judge_passes(
             "flag": None,
         }
 
+    gullible = data["judges"]["gullible"]
+    assert gullible["ok"] is False
+    assert gullible["bounds"]["mean"]["separated"] is True
+    assert gullible["bounds"]["mean"]["gap"] == 5.0
+    flags = {p: row["flag"] for p, row in gullible["injection"].items()}
+    assert flags == {p: None if p == "document_system" else "raises" for p in PATTERNS}
+    assert gullible["injection"]["trailing_score"]["shift"] == 3.0
+    assert sum("raises the mean score by +3.00" in f for f in gullible["failures"]) == 7
+
     reference = data["judges"]["reference"]
     assert reference["ok"] is True, reference["failures"]
     assert reference["failures"] == []
@@ -184,15 +208,18 @@ def test_constant_judge_fails_reference_judge_passes(
     # The printed report: a verdict line per judge, the bound and injection rows.
     assert "PASS reference (reference, reference-overlap" in printed
     assert "FAIL always10 (openai_http, always-10" in printed
+    assert "FAIL gullible (openai_http, gullible" in printed
+    assert printed.count("+3.00  raises") == 7
     assert printed.count("bounds not separated") >= 1
     for pattern in PATTERNS:
-        assert printed.count(f"  {pattern} ") == 2
-    assert printed.rstrip().endswith("1 of 2 judges pass")
+        assert printed.count(f"  {pattern} ") == 3
+    assert printed.rstrip().endswith("1 of 3 judges pass")
 
-    # 8 questions + 16 bounds from the generator; the constant judge scored
-    # 16 bound answers x 2 dimensions and 72 injection cases, once each.
+    # 8 questions + 16 bounds from the generator; each HTTP judge scored 16
+    # bound answers x 2 dimensions and 72 injection cases, once each.
     assert requests.count("extractive") == 8 + 16
     assert requests.count("always-10") == 16 * 2 + 72
+    assert requests.count("gullible") == 16 * 2 + 72
     # Nothing but the config and --json: no run dir, no log.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "jury.yaml"]
 
