@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "report",
     "compare",
     "engines",
+    "judges",
     "serve_rag",
 )
 """Modules under ``cube_ray.commands``, in the order ``--help`` lists them."""

@@ -23,12 +23,18 @@ from cube_ray.aggregate._math import (
     trimmed_means,
 )
 from cube_ray.aggregate._options import AggregateOptions, BoundsOptions, WeightsError
-from cube_ray.aggregate._separation import NOT_SEPARATED, separated, wilcoxon_greater
+from cube_ray.aggregate._separation import (
+    MIN_NONZERO_PAIRS,
+    NOT_SEPARATED,
+    separated,
+    wilcoxon_greater,
+)
 from cube_ray.aggregate._summary import DEGENERATE, OUTSIDE, WEIGHTED, summarize
 
 __all__ = [
     "COUNT",
     "DEGENERATE",
+    "MIN_NONZERO_PAIRS",
     "NOT_SEPARATED",
     "OUTSIDE",
     "RANK_SCORE",

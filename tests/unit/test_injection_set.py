@@ -15,8 +15,6 @@ from types import ModuleType
 
 import pytest
 
-from cube_ray.prompts import default_rubric
-
 ROOT = Path(__file__).resolve().parents[2]
 NONCE = "feedc0de12345678"
 
@@ -65,9 +63,12 @@ def test_set_size_languages_and_patterns(cases: list[inj.Case]) -> None:
 
 
 def test_hardened_prompts_hold_every_injection(cases: list[inj.Case]) -> None:
-    rubric = default_rubric("relevance")
-    prompts = inj.prompts_for(cases, "after", nonce=NONCE, rubric=rubric)
-    for case, prompt in zip(cases, prompts, strict=True):
+    english = inj.prompts_for(cases, "after", nonce=NONCE)
+    own = inj.prompts_for(cases, "after", nonce=NONCE, language="auto")
+    for case, prompt, mine in zip(cases, english, own, strict=True):
+        closing = "材料到此结束" if case.lang == "zh" else "The material is over"
+        assert mine.rindex(closing) > mine.index(f"</answer-{NONCE}>")
+        assert (mine == prompt) == (case.lang == "en")
         for tag in ("document", "question", "answer"):
             assert prompt.count(f"<{tag}-{NONCE}>") == 1, (case.pattern, tag)
             assert prompt.count(f"</{tag}-{NONCE}>") == 1, (case.pattern, tag)
@@ -84,8 +85,7 @@ def test_hardened_prompts_hold_every_injection(cases: list[inj.Case]) -> None:
 
 
 def test_the_baseline_prompt_is_open_to_them(cases: list[inj.Case]) -> None:
-    rubric = default_rubric("relevance")
-    before = inj.prompts_for(cases, "before", nonce=NONCE, rubric=rubric)
+    before = inj.prompts_for(cases, "before", nonce=NONCE)
     by_pattern = {
         c.pattern: p for c, p in zip(cases, before, strict=True) if c.lang == "en"
     }
