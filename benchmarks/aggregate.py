@@ -34,6 +34,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -554,6 +555,19 @@ def _baselines(text: str) -> list[str]:
     return names
 
 
+def _timed(
+    rss: PeakRss, run: Callable[[], dict[str, Any]]
+) -> tuple[float, float, dict[str, Any], str]:
+    """Wall and CPU seconds of ``run()``, its figures, and its peak RSS in words."""
+    rss.reset()
+    base = rss.peak
+    t0, c0 = time.perf_counter(), time.process_time()
+    figures = run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    memory = f"peak RSS {rss.peak / 2**30:.2f} GiB (+{(rss.peak - base) / 2**30:.2f})"
+    return wall, cpu, figures, memory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--questions", type=int, default=2_000_000)
@@ -616,17 +630,14 @@ def main() -> None:
         t0 = time.perf_counter()
         answers_pa, scores_pa = answers.to_arrow(), scores.to_arrow()
         t_convert = time.perf_counter() - t0
-        rss.reset()
-        base = rss.peak
-        t0, c0 = time.perf_counter(), time.process_time()
-        figures = duckdb_summary(answers_pa, scores_pa, k=8, trim=args.trim)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        wall, cpu, figures, memory = _timed(
+            rss, lambda: duckdb_summary(answers_pa, scores_pa, k=8, trim=args.trim)
+        )
         results["duckdb"] = (wall, cpu, figures)
         del answers_pa, scores_pa
         print(
             f"duckdb {duckdb.__version__} SQL:  {wall:.2f}s, CPU {cpu:.2f}s (to_arrow "
-            f"{t_convert:.2f}s not counted), peak RSS {rss.peak / 2**30:.2f} GiB "
-            f"(+{(rss.peak - base) / 2**30:.2f})"
+            f"{t_convert:.2f}s not counted), {memory}"
         )
     if "pandas" in args.baselines:
         t0 = time.perf_counter()
@@ -634,17 +645,14 @@ def main() -> None:
         t_convert = time.perf_counter() - t0
         del answers, scores
         gc.collect()
-        rss.reset()
-        base = rss.peak
-        t0, c0 = time.perf_counter(), time.process_time()
-        figures = pandas_summary(answers_pd, scores_pd, k=8, trim=args.trim)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        wall, cpu, figures, memory = _timed(
+            rss, lambda: pandas_summary(answers_pd, scores_pd, k=8, trim=args.trim)
+        )
         results["pandas"] = (wall, cpu, figures)
         del answers_pd, scores_pd
         print(
             f"pandas+scipy:       {wall:.2f}s, CPU {cpu:.2f}s (to_pandas "
-            f"{t_convert:.1f}s not counted), peak RSS {rss.peak / 2**30:.2f} GiB "
-            f"(+{(rss.peak - base) / 2**30:.2f})"
+            f"{t_convert:.1f}s not counted), {memory}"
         )
     rss.stop()
 

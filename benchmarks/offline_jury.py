@@ -117,23 +117,6 @@ def separation(zero: list[float], full: list[float]) -> dict[str, Any]:
     }
 
 
-class _Unclosable:
-    """An engine seen by a stage that must not close it."""
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-        self.name = engine.name
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        return self._engine.generate(*args, **kwargs)
-
-    def score(self, *args: Any, **kwargs: Any) -> Any:
-        return self._engine.score(*args, **kwargs)
-
-    def close(self) -> None:
-        pass
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=30)
@@ -160,6 +143,7 @@ def main() -> None:
         SamplingConfig,
         build_engine,
     )
+    from cube_ray.engines.base import BorrowedEngine
     from cube_ray.engines.reference import content_units, support
     from cube_ray.stages import (
         AnswerStage,
@@ -206,7 +190,7 @@ def main() -> None:
     timer["engine_load (conversion if first)"] = round(time.perf_counter() - start, 1)
     # Every stage shares the one engine; a stage closes its engine when it is
     # garbage-collected, so it gets a view whose close() does nothing.
-    view = _Unclosable(engine)
+    view = BorrowedEngine(engine)
     shared = {"engine_factory": lambda _cfg: view}
 
     start = time.perf_counter()

@@ -46,6 +46,7 @@ from cube_ray.aggregate import (
     wilcoxon_greater,
 )
 from cube_ray.config import RunConfig
+from cube_ray.engines.base import BorrowedEngine
 from cube_ray.errors import ConfigError, CubeRayError, EngineError
 from cube_ray.injection import MAX_SHIFT, Case, apply_patterns, shifts
 
@@ -69,19 +70,6 @@ _INJECTION = "injection"
 """``system`` of the injection rows in the judge input table."""
 
 Log = Callable[[str], None]
-
-
-class _Borrowed:
-    """An engine lent to a stage that must not close it (stages close theirs)."""
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    def close(self) -> None:
-        """The owner closes the engine."""
 
 
 _PER_CALL = frozenset({"pool", "score_mode", "sampling"})
@@ -126,7 +114,7 @@ def _bound_rows(
     )
 
     def lend(_config: Any) -> Any:
-        return _Borrowed(engine)
+        return BorrowedEngine(engine)
 
     questions = QuestionStage(
         config.generator,
@@ -387,7 +375,7 @@ def _check_one(
         rubrics=config.rubrics(),
         template=config.prompts.judge,
         nonce=nonce,
-        engine_factory=lambda _config: _Borrowed(engine),
+        engine_factory=lambda _config: BorrowedEngine(engine),
     )
     start = time.perf_counter()
     scores = stage(table).to_pylist()

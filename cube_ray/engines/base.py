@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "SCORED_STATUSES",
@@ -23,6 +23,7 @@ __all__ = [
     "STATUS_ARGMAX_FALLBACK",
     "STATUS_LOW_SCORE_MASS",
     "STATUS_NO_LOGPROBS",
+    "BorrowedEngine",
     "Engine",
     "Generation",
     "ItemJudge",
@@ -134,3 +135,19 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release resources (engine memory, connections). Idempotent."""
         ...
+
+
+class BorrowedEngine:
+    """An engine lent to a stage that must not close it (stages close theirs).
+
+    Everything but :meth:`close` reaches the owner's engine; the owner closes it.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        """Nothing: the owner closes the engine."""
