@@ -394,12 +394,15 @@ output_dir: {tmp_path / "out"}
             HttpSystemConfig(preset="ragflow", url=url + ENDPOINTS["ragflow"], k=3)
         )
         via_http = system.answer(QUESTIONS)
+        run_config = RunConfig.from_yaml(config)
         local = build_system(
             BuiltinRagSystemConfig(k=3),
             documents_path=str(tmp_path / "out" / "serve_rag" / "documents"),
             generator=FakeEngineConfig(name="gen"),
-            # serve-rag's answer prompts carry the nonce derived from its config.
-            nonce=derive_nonce(RunConfig.from_yaml(config).fingerprint()),
+            # serve-rag answers in the corpus's language (Chinese here), and its
+            # prompts carry the nonce derived from its config.
+            answer_template=run_config.with_prompt_language().prompts.answer,
+            nonce=derive_nonce(run_config.fingerprint()),
         ).answer(QUESTIONS)
         _same(via_http, local)
     finally:
