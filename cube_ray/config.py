@@ -320,6 +320,10 @@ class RayConfig(StrictModel):
     node_loss_wait_s: float = Field(default=45.0, ge=0)
     """Before a retry, wait up to this long for Ray to mark the lost node dead
     (its heartbeat timeout), so the retry is not scheduled on it again."""
+    overlap: bool = True
+    """Run each stage as soon as the stages it reads have finished, beside the
+    others (systems beside the bounds, judges side by side); false runs the
+    stages one after another."""
     progress: bool = True
     """Show a progress bar per stage."""
     resource_wait_s: float = Field(default=600.0, ge=0)
