@@ -130,7 +130,9 @@ def _light(engine: Any) -> PoolConfig:
         max_size=pool.max_size * pool.max_tasks_in_flight_per_actor,
         num_cpus=0,  # replaced by ray.task_num_cpus when run
         batch_size=pool.batch_size,
-        max_tasks_in_flight_per_actor=1,
+        # Two batches queued per light actor: below that Ray Data never adds
+        # an actor (its scale-up threshold is 175 % utilisation).
+        max_tasks_in_flight_per_actor=2,
     )
 
 
