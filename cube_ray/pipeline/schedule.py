@@ -1,10 +1,11 @@
 """Walking the stage graph: each stage starts as soon as the stages it reads are done.
 
-With ``ray.overlap`` (the default) every stage runs in its own driver thread
+With ``ray.overlap`` every stage runs in its own driver thread
 once the stages named in its ``after`` have finished, so the systems answer
 beside the bounds, and judges of different engines score side by side; their
 Ray Data executions share the cluster. Without it, stages run one after
-another in graph order (the job before the redesign). No Ray here.
+another in graph order (the default; the job before the redesign). No Ray
+here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stages that use one engine share one long-lived pool: it starts once, serves
-all of them, and the manifest says so; overlapped stages lose no row."""
+all of them, and the manifest says so."""
 
 from __future__ import annotations
 
