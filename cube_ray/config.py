@@ -320,6 +320,12 @@ class RayConfig(StrictModel):
     node_loss_wait_s: float = Field(default=45.0, ge=0)
     """Before a retry, wait up to this long for Ray to mark the lost node dead
     (its heartbeat timeout), so the retry is not scheduled on it again."""
+    overlap: bool = False
+    """Run each stage as soon as the stages it reads have finished, beside the
+    others (systems beside the bounds, judges side by side); false runs the
+    stages one after another. Off by default until it is measured on a
+    cluster: on a 2-core machine concurrent Ray Data executions competed for
+    the few logical CPUs and ran slower than one after another."""
     progress: bool = True
     """Show a progress bar per stage."""
     resource_wait_s: float = Field(default=600.0, ge=0)

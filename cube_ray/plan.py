@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from cube_ray.config import EnvUse, RunConfig
 from cube_ray.corpus import iter_document_batches
 from cube_ray.errors import ConfigError
+from cube_ray.pipeline.method import stage_graph
 from cube_ray.prompts import load_template
+from cube_ray.stages import AnswerStage, QuestionStage, SystemStage
+from cube_ray.systems.kinds import system_kind
 
 __all__ = ["PlanRow", "estimate_tokens", "format_env_uses", "format_plan", "plan_run"]
 
@@ -79,68 +82,71 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     if config.questions.source == "generate":
         n_q = n_docs
         q_tokens = QUESTION_TOKENS * n_q
-        rows.append(
-            PlanRow(
-                "questions",
-                gen,
-                n_q,
-                n_q * _tpl_tokens(config.prompts.question) + doc_tokens,
-            )
-        )
         gold_tokens = doc_tokens
     else:
-        from cube_ray.systems import load_question_file
-
-        q = config.questions
-        assert q.path is not None
-        frame = load_question_file(
-            q.path,
-            question_field=q.question_field,
-            doc_id_field=q.doc_id_field,
-            id_field=q.question_id_field,
-            reference_answer_field=q.reference_answer_field,
-        )
-        if limit is not None:
-            frame = frame.head(limit)
-        n_q = frame.height
-        q_tokens = sum(estimate_tokens(t or "") for t in frame["question"].to_list())
+        n_q, q_tokens = _question_file(config, limit)
         rows.append(PlanRow("questions (file)", "-", 0, 0))
         gold_tokens = int(mean_doc * n_q)
     answer_tpl = _tpl_tokens(config.prompts.answer)
-    rows.append(PlanRow("answers:zero", gen, n_q, n_q * answer_tpl + q_tokens))
-    rows.append(
-        PlanRow("answers:full", gen, n_q, n_q * answer_tpl + q_tokens + gold_tokens)
-    )
-    for s in config.systems:
-        if s.kind == "builtin_rag":
-            tokens = n_q * answer_tpl + q_tokens + int(n_q * s.k * mean_doc)
-            rows.append(PlanRow(f"answers:{s.name}", gen, n_q, tokens))
-        elif s.kind == "http":
-            rows.append(PlanRow(f"answers:{s.name}", f"http:{s.url}", n_q, 0))
-        else:
-            rows.append(PlanRow(f"answers:{s.name}", "qa_file", 0, 0))
     answer_len = min(config.generator.sampling.max_tokens, 256)
     n_sets = 2 + len(config.systems)
     n_answers = n_sets * n_q
     rubrics = config.rubrics()
-    judge_tpl = _tpl_tokens(config.prompts.judge)
     shared = (
-        n_answers * judge_tpl
+        n_answers * _tpl_tokens(config.prompts.judge)
         + n_sets * (gold_tokens + q_tokens)
         + (n_answers * answer_len)
     )
     rubric_tokens = sum(estimate_tokens(r) for r in rubrics.values())
-    for judge, engine in config.judges.items():
-        calls = n_answers * len(rubrics)
-        if engine.backend == "reference":  # no model, no prompt
-            rows.append(PlanRow(f"scores:{judge}", "reference (no LLM)", calls, 0))
-            continue
-        total = shared * len(rubrics) + n_answers * rubric_tokens
-        unique = shared + n_answers * rubric_tokens
-        rows.append(
-            PlanRow(f"scores:{judge}", _engine_name(engine), calls, total, unique)
-        )
+    # The run's own stage graph, walked with estimated lengths.
+    for spec in stage_graph(config):
+        if spec.stage_cls is QuestionStage:
+            tokens = n_q * _tpl_tokens(config.prompts.question) + doc_tokens
+            rows.append(PlanRow(spec.label, gen, n_q, tokens))
+        elif spec.stage_cls is AnswerStage:
+            zero = n_q * answer_tpl + q_tokens
+            rows.append(PlanRow("answers:zero", gen, n_q, zero))
+            rows.append(PlanRow("answers:full", gen, n_q, zero + gold_tokens))
+        elif spec.stage_cls is SystemStage:
+            system = spec.extra["system"]
+            counts = system_kind(system).plan(
+                system,
+                questions=n_q,
+                prompt_tokens=n_q * answer_tpl + q_tokens,
+                doc_tokens=mean_doc,
+            )
+            engine = gen if spec.engines else counts.engine
+            rows.append(PlanRow(spec.label, engine, counts.calls, counts.prompt_tokens))
+        else:  # a judge
+            engine = spec.stage_kwargs["engine"]
+            calls = n_answers * len(rubrics)
+            if engine.backend == "reference":  # no model, no prompt
+                rows.append(PlanRow(spec.label, "reference (no LLM)", calls, 0))
+                continue
+            total = shared * len(rubrics) + n_answers * rubric_tokens
+            unique = shared + n_answers * rubric_tokens
+            name = _engine_name(engine)
+            rows.append(PlanRow(spec.label, name, calls, total, unique))
     return rows
+
+
+def _question_file(config: RunConfig, limit: int | None) -> tuple[int, int]:
+    """Questions in the question file (the first ``limit``) and their tokens."""
+    from cube_ray.systems import load_question_file
+
+    q = config.questions
+    assert q.path is not None
+    frame = load_question_file(
+        q.path,
+        question_field=q.question_field,
+        doc_id_field=q.doc_id_field,
+        id_field=q.question_id_field,
+        reference_answer_field=q.reference_answer_field,
+    )
+    if limit is not None:
+        frame = frame.head(limit)
+    tokens = sum(estimate_tokens(t or "") for t in frame["question"].to_list())
+    return frame.height, tokens
 
 
 def format_plan(rows: list[PlanRow]) -> str:

@@ -323,7 +323,9 @@ class FakeEngineConfig(_EngineBase):
     seed: int = 0
     """Different seeds give different (deterministic) scores."""
     latency_s: float = Field(default=0.0, ge=0)
-    """Sleep per call, to simulate a slow engine."""
+    """Sleep per call (per batch, like a GPU step), to simulate a slow engine."""
+    startup_s: float = Field(default=0.0, ge=0)
+    """Sleep when the engine is built, to simulate loading a model."""
 
 
 Measure = Literal["support", "coverage"]

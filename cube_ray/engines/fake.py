@@ -41,7 +41,8 @@ class FakeEngine:
         name: Name recorded in output tables.
         seed: Changes every hashed output.
         script: Outputs to return in order; raises when exhausted.
-        latency_s: Sleep per call.
+        latency_s: Sleep per call (a batch), like a GPU step.
+        startup_s: Sleep on construction, like loading a model.
     """
 
     def __init__(
@@ -51,7 +52,10 @@ class FakeEngine:
         seed: int = 0,
         script: Sequence[str] | None = None,
         latency_s: float = 0.0,
+        startup_s: float = 0.0,
     ) -> None:
+        if startup_s:
+            time.sleep(startup_s)
         self.name = name
         self.seed = seed
         self._script = list(script) if script is not None else None

@@ -35,6 +35,11 @@ def build_engine(config: JudgeConfig) -> Engine:
     if config.backend == "fake":
         return cast(
             "Engine",
-            cls(config.name, seed=config.seed, latency_s=config.latency_s),
+            cls(
+                config.name,
+                seed=config.seed,
+                latency_s=config.latency_s,
+                startup_s=config.startup_s,
+            ),
         )
     return cast("Engine", cls.from_config(config))

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.stages._base import INPUT_HASH, Stage
+from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
 from cube_ray.stages.generate import ANSWERS_OUT_SCHEMA
 from cube_ray.systems.base import QuestionIn, SystemAnswer, SystemUnderTest
 
@@ -49,6 +49,8 @@ class SystemStage(Stage):
         nonce: The run's prompt-tag nonce (the built-in RAG's answer prompts).
         system_factory: Builds the system (default
             :func:`cube_ray.systems.build_system`).
+        engine_factory: Builds the generator engine of a system that answers
+            with it (default :func:`cube_ray.engines.build_engine`).
         call_log: File that gets one line per question put to the system.
     """
 
@@ -65,6 +67,7 @@ class SystemStage(Stage):
         answer_template: str = "answer",
         nonce: str | None = None,
         system_factory: SystemFactory | None = None,
+        engine_factory: EngineFactory | None = None,
         call_log: str | None = None,
     ) -> None:
         super().__init__(call_log=call_log)
@@ -78,6 +81,7 @@ class SystemStage(Stage):
             generator=generator,
             answer_template=answer_template,
             nonce=nonce,
+            **({"engine_factory": engine_factory} if engine_factory else {}),
         )
         self._name: str = self._system.name
         self._k: int = self._system.k

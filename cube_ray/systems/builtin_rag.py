@@ -9,7 +9,7 @@ order, and let the generator engine write the answer.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,16 +130,23 @@ class BuiltinRagSystem:
         generator: EngineConfig | None,
         answer_template: str = "answer",
         nonce: str | None = None,
+        engine_factory: Callable[[EngineConfig], Engine] | None = None,
     ) -> BuiltinRagSystem:
-        """Build (or reuse) the indexes of ``documents_path`` and the generator."""
+        """Build (or reuse) the indexes of ``documents_path`` and the generator.
+
+        ``engine_factory`` builds the generator (default
+        :func:`cube_ray.engines.build_engine`; a run passes its shared pool).
+        """
         index = open_index(config, documents_path=documents_path)
         dense, embedder = open_dense(config, documents_path=documents_path)
         engine = None
         sampling = None
         if generator is not None:
-            from cube_ray.engines import build_engine
+            if engine_factory is None:
+                from cube_ray.engines import build_engine
 
-            engine = build_engine(generator)
+                engine_factory = build_engine
+            engine = engine_factory(generator)
             sampling = sampling_params(generator.sampling)
         return cls(
             config,

@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 from cube_ray.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cube_ray.engines.base import Engine
     from cube_ray.engines.config import EngineConfig
     from cube_ray.systems.base import SystemUnderTest
     from cube_ray.systems.config import SystemConfig
@@ -21,6 +24,7 @@ def build_system(
     generator: EngineConfig | None,
     answer_template: str = "answer",
     nonce: str | None = None,
+    engine_factory: Callable[[EngineConfig], Engine] | None = None,
 ) -> SystemUnderTest:
     """Build the system a config describes; heavy set-up happens here.
 
@@ -36,6 +40,8 @@ def build_system(
             bounds use.
         nonce: The prompt-tag nonce of the built-in RAG's answer prompts (a
             run passes its own; default: a random one).
+        engine_factory: Builds the generator engine (default
+            :func:`cube_ray.engines.build_engine`; a run passes its shared pool).
 
     Raises:
         ConfigError: If the built-in RAG has no generator.
@@ -65,6 +71,7 @@ def build_system(
             generator=generator,
             answer_template=answer_template,
             nonce=nonce,
+            engine_factory=engine_factory,
         )
     from cube_ray.systems.http import HttpSystem
 

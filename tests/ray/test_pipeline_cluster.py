@@ -70,6 +70,9 @@ def test_routing_and_node_loss(
         judge_batch=4,
         judge_resources={"judge": 1},
         generator_resources={"generator": 1},
+        # The last assertion needs j2 to start after j1 (and both losses):
+        # with stages side by side j2 could score rows on judge_b first.
+        ray_options={"overlap": False},
     )
     config = RunConfig.from_yaml(cfg_path)
     run_dir = tmp_path / "run"
@@ -81,10 +84,10 @@ def test_routing_and_node_loss(
     # alive. That is how CI lost two runs.
     real_run_stage = pipeline._Driver.run_stage
 
-    def run_stage(driver: Any, label: str, **kwargs: Any) -> None:
-        if label == "scores:j2":
+    def run_stage(driver: Any, spec: Any, **kwargs: Any) -> None:
+        if spec.label == "scores:j2":
             cluster.remove_node(judge_c, allow_graceful=False)
-        real_run_stage(driver, label, **kwargs)
+        real_run_stage(driver, spec, **kwargs)
 
     monkeypatch.setattr(pipeline._Driver, "run_stage", run_stage)
 

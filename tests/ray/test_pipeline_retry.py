@@ -9,6 +9,7 @@ the real node loss is exercised in ``test_pipeline_cluster.py``.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 
 from cube_ray import pipeline, schema
 from cube_ray.config import RunConfig
-from cube_ray.pipeline import RunOptions, part_files, run_pipeline
+from cube_ray.pipeline import RunOptions, data, part_files, run_pipeline
 from tests.pipeline_helpers import (
     assert_complete,
     fake_config,
@@ -49,20 +50,22 @@ class _FailOnce:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, label: str, error: Exception):
         self.label = label
         self.error = error
-        self.current: str | None = None
+        # Per driver thread: stages may run side by side (ray.overlap).
+        self.current = threading.local()
         self.fired = 0
         real_once = pipeline._Driver._run_stage_once
-        real_blocks = pipeline._blocks
+        real_blocks = data._blocks
 
-        def run_once(driver: Any, label: str, **kwargs: Any) -> None:
-            self.current = label
+        def run_once(driver: Any, spec: Any, **kwargs: Any) -> None:
+            self.current.label = spec.label
             try:
-                real_once(driver, label, **kwargs)
+                real_once(driver, spec, **kwargs)
             finally:
-                self.current = None
+                self.current.label = None
 
         def blocks(ds: Any) -> Iterator[Any]:
-            armed = self.current == self.label and not self.fired
+            current = getattr(self.current, "label", None)
+            armed = current == self.label and not self.fired
             for i, block in enumerate(real_blocks(ds)):
                 if armed and i == 1:
                     self.fired += 1
@@ -70,7 +73,7 @@ class _FailOnce:
                 yield block
 
         monkeypatch.setattr(pipeline._Driver, "_run_stage_once", run_once)
-        monkeypatch.setattr(pipeline, "_blocks", blocks)
+        monkeypatch.setattr(data, "_blocks", blocks)
 
 
 def _lost_actor() -> Exception:

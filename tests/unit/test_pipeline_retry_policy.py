@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cube_ray import pipeline
+from cube_ray.pipeline import faults
 from tests.pipeline_helpers import make_driver
 
 
@@ -50,16 +51,15 @@ class _Script:
 def _run(driver: pipeline._Driver, script: _Script, mp: pytest.MonkeyPatch) -> None:
     mp.setattr(driver, "_run_stage_once", script.run_once)
     mp.setattr(driver, "_await_node_loss", script.await_loss)
-    driver.run_stage(
+    spec = pipeline.StageSpec(
         "scores:j1",
-        table="scores",
-        inputs=None,  # type: ignore[arg-type]
-        expected=100,
-        stage_cls=object,
-        stage_kwargs={},
-        pool=driver.config.generator.pool,
-        out_schema=None,  # type: ignore[arg-type]
+        "scores",
+        object,
+        {},
+        pipeline.Inputs("answers", lambda batch: batch, {}),
+        driver.config.generator.pool,
     )
+    driver.run_stage(spec, inputs=None, expected=100)  # type: ignore[arg-type]
 
 
 def test_retries_in_a_row_without_progress_are_bounded(
@@ -130,9 +130,9 @@ def _await(
     clock = _Clock()
     seen = iter(views)
     last = views[-1]
-    monkeypatch.setattr(pipeline, "_alive_nodes", lambda: next(seen, last))
-    monkeypatch.setattr(pipeline.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(pipeline.time, "sleep", clock.sleep)
+    monkeypatch.setattr(faults, "alive_nodes", lambda: next(seen, last))
+    monkeypatch.setattr(faults.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(faults.time, "sleep", clock.sleep)
     driver._await_node_loss("scores:j1", {"a", "b", "c"}, failures)
     return clock
 

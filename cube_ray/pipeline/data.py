@@ -1,0 +1,235 @@
+"""Ray Data plumbing of the driver: reads, joins, light maps, part-file writers.
+
+The driver only plans datasets and iterates the one-row descriptions of the
+part files that writer tasks wrote; no table is ever materialised on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import pyarrow as pa
+
+from cube_ray.config import RunConfig
+from cube_ray.errors import CubeRayError
+from cube_ray.pipeline.engine_pool import take_served_node
+from cube_ray.pipeline.parts import _key_strings, _write_part, part_files
+from cube_ray.stages import INPUT_HASH, NODE_ID
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+    from cube_ray.engines.config import PoolConfig
+
+__all__ = ["FOOTER_ACTORS_ENV", "LIGHT_MAP_ROWS", "READ_UNIT_ENV", "DataOps"]
+
+FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+READ_UNIT_ENV = "RAY_DATA_PARQUET_BIN_PACKING_BYTES"
+LIGHT_MAP_ROWS = 1024
+"""Source rows per call of a light map building stage inputs."""
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the ``with`` block only.
+
+    >>> import os
+    >>> with _env({"CUBE_RAY_DOCTEST_VAR": "2"}):
+    ...     os.environ["CUBE_RAY_DOCTEST_VAR"]
+    '2'
+    >>> "CUBE_RAY_DOCTEST_VAR" in os.environ
+    False
+    """
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def _blocks(ds: Dataset) -> Iterator[pa.Table]:
+    """Stream a dataset's blocks to the driver as Arrow tables."""
+    for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        yield cast("pa.Table", block)
+
+
+class _StageActor:
+    """Runs a stage in a Ray actor; tags each row with the node that made it.
+
+    That is the node of the engine host that served the batch when the stage
+    calls a shared engine pool, else the actor's own node.
+    """
+
+    def __init__(self, stage_cls: type[Any], kwargs: dict[str, Any]) -> None:
+        self._stage = stage_cls(**kwargs)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import ray
+
+        take_served_node()
+        out: pa.Table = self._stage(batch)
+        node = take_served_node() or ray.get_runtime_context().get_node_id()
+        return out.append_column(NODE_ID, pa.array([node] * out.num_rows, pa.string()))
+
+
+_DONE_CACHE: dict[str, Any] = {}
+
+
+def _drop_done(batch: pa.Table, *, done: list[Any], key: tuple[str, ...]) -> pa.Table:
+    """Drop rows whose (key, input hash) is in the broadcast done set."""
+    import ray
+
+    ref = done[0]
+    cache_key = ref.hex()
+    if cache_key not in _DONE_CACHE:
+        _DONE_CACHE.clear()
+        _DONE_CACHE[cache_key] = ray.get(ref)
+    seen = _DONE_CACHE[cache_key]
+    keys = _key_strings(batch, key)
+    hashes = batch.column(INPUT_HASH).to_pylist()
+    mask = [f"{k}\x1f{h}" not in seen for k, h in zip(keys, hashes, strict=True)]
+    return batch.filter(pa.array(mask, pa.bool_()))
+
+
+def pool_args(pool: PoolConfig, *, light_cpus: float | None = None) -> dict[str, Any]:
+    """``map_batches`` arguments of a stage's actor pool.
+
+    ``light_cpus``: the actors only call a shared engine pool, which holds
+    the GPUs and resources; they take that many CPUs and nothing else.
+    """
+    import ray.data
+
+    args: dict[str, Any] = {
+        "compute": ray.data.ActorPoolStrategy(
+            min_size=pool.min_size,
+            max_size=pool.max_size,
+            max_tasks_in_flight_per_actor=pool.max_tasks_in_flight_per_actor,
+        ),
+        "batch_size": pool.batch_size,
+        "num_cpus": pool.num_cpus if light_cpus is None else light_cpus,
+        # Ray Data's defaults (max_restarts=-1, max_task_retries=-1) restart
+        # actors and retry their tasks when a node dies.
+    }
+    if light_cpus is None and pool.num_gpus:
+        args["num_gpus"] = pool.num_gpus
+    if light_cpus is None and pool.resources:
+        args["resources"] = dict(pool.resources)
+    return args
+
+
+class DataOps:
+    """Reads, joins and maps of one run (a part of the driver)."""
+
+    config: RunConfig
+    run_dir: Path
+
+    def table_dir(self, name: str) -> Path:
+        """A table's folder in the run dir."""
+        return self.run_dir / name
+
+    def read(self, name: str, columns: list[str] | None = None) -> Dataset:
+        """All part files of a table (some columns)."""
+        files = part_files(self.table_dir(name))
+        if not files:
+            msg = f"table {name!r} of run {self.run_dir} is empty"
+            raise CubeRayError(msg)
+        return self.read_files(files, columns)
+
+    def read_files(
+        self, files: list[Path], columns: list[str] | None = None
+    ) -> Dataset:
+        """``ray.data.read_parquet`` of part files: few footer readers, small reads.
+
+        Ray Data's Parquet reader lists files on a pool of ``FooterReader``
+        actors (32 by default, each a Python process of about 100 MB) and
+        packs row groups into read tasks of up to 128 MiB, so a read task's
+        memory grows with the table until bins fill. Both are sized from
+        environment variables when the read is planned; they are set for
+        that call only.
+        """
+        import ray.data
+
+        values = {
+            FOOTER_ACTORS_ENV: str(self.config.ray.footer_readers),
+            READ_UNIT_ENV: str(self.config.ray.read_unit_mb * 2**20),
+        }
+        with _env(values):
+            return ray.data.read_parquet(
+                [str(f) for f in files],
+                columns=columns,
+                file_extensions=None,
+                partitioning=None,
+            )
+
+    def partitions(self, rows: int) -> int:
+        """Partitions of a hash join over about ``rows`` rows."""
+        if self.config.ray.join_partitions:
+            return self.config.ray.join_partitions
+        return max(1, min(256, rows // 50_000 + 1))
+
+    def join(
+        self, left: Dataset, right: Dataset, how: str, on: tuple[str, ...], rows: int
+    ) -> Dataset:
+        """A hash join with the run's partitions and light aggregators."""
+        return left.join(
+            right,
+            join_type=how,
+            num_partitions=self.partitions(rows),
+            on=cast("Any", on),
+            aggregator_ray_remote_args={"num_cpus": self.config.ray.task_num_cpus},
+        )
+
+    def light_map(
+        self, ds: Dataset, fn: Callable[..., pa.Table], **kwargs: Any
+    ) -> Dataset:
+        """A task map building stage inputs (``LIGHT_MAP_ROWS`` rows per call)."""
+        return ds.map_batches(
+            fn,
+            fn_kwargs=kwargs,
+            batch_format="pyarrow",
+            num_cpus=self.config.ray.task_num_cpus,
+            batch_size=LIGHT_MAP_ROWS,
+        )
+
+    def write_parts(
+        self,
+        ds: Dataset,
+        directory: Path,
+        *,
+        stem: str,
+        key: tuple[str, ...],
+        schema_: pa.Schema | None,
+    ) -> Iterator[dict[str, Any]]:
+        """Write each block of ``ds`` as a part file from a Ray task.
+
+        Yields the description (``_WRITTEN``) of each file as it is written;
+        a file that a retried task rewrote may be described twice.
+        """
+        import ray.data
+
+        described = ds.map_batches(
+            cast("Any", _write_part),
+            fn_kwargs={
+                "directory": str(directory),
+                "stem": stem,
+                "key": key,
+                "schema_": schema_,
+            },
+            batch_format="pyarrow",
+            batch_size=None,
+            num_cpus=self.config.ray.task_num_cpus,
+            compute=ray.data.TaskPoolStrategy(size=self.config.ray.writer_tasks),
+        )
+        for block in _blocks(described):
+            yield from block.to_pylist()
+
+    # -- one LLM stage -------------------------------------------------------------

@@ -1,0 +1,359 @@
+"""One long-lived pool of engine actors per distinct engine, shared by stages.
+
+Stages that use the same engine (same backend, model and load settings;
+``sampling`` and ``score_mode`` travel with each request) share one pool for
+the whole job instead of each loading the model. A pool is:
+
+* ``min_size``..``max_size`` *engine hosts*: Ray actors holding one engine
+  each, created with the pool's ``num_cpus``/``num_gpus``/``resources`` (so
+  ``resources`` routing holds), restarted by Ray on another node when theirs
+  is lost (``max_restarts=-1``), the batch they were serving retried there
+  (``max_task_retries=-1``);
+* one *dispatcher*: an async actor (no CPU) on the driver's node that hands
+  each batch to the least loaded host, adds a host while every host has
+  ``max_tasks_in_flight_per_actor`` batches and fewer than ``max_size``
+  exist, and adds up the time spent inside engine calls.
+
+Stage actors (light, ``ray.task_num_cpus`` each) reach the pool through a
+:class:`RemoteEngine`, which has the :class:`~cube_ray.engines.base.Engine`
+protocol, so the stage classes in ``cube_ray.stages`` are unchanged: they get
+it from their ``engine_factory``. docs/pipeline.md says why this design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cube_ray.engines.base import (
+    Engine,
+    Generation,
+    ItemJudge,
+    JudgeItem,
+    SamplingParams,
+    ScoreMode,
+    ScoreResult,
+)
+
+__all__ = [
+    "EnginePools",
+    "RemoteEngine",
+    "RemoteItemJudge",
+    "SharedEngines",
+    "engine_id",
+    "take_served_node",
+]
+
+PER_REQUEST = frozenset({"sampling", "score_mode"})
+"""Engine config fields that go with each request, not with the engine."""
+PER_REQUEST_POOL = frozenset({"batch_size"})
+"""Pool fields that size requests, not the pool."""
+
+
+def engine_id(config: Any) -> str:
+    """Name of the engine a config loads: its model and a hash of its load settings.
+
+    Configs that differ only in ``sampling``, ``score_mode`` or
+    ``pool.batch_size`` name one engine.
+
+    >>> from cube_ray.engines.config import FakeEngineConfig
+    >>> a = FakeEngineConfig(name="m", score_mode="argmax")
+    >>> b = FakeEngineConfig(name="m", score_mode="expected")
+    >>> engine_id(a) == engine_id(b), engine_id(a) == engine_id(FakeEngineConfig(name="n"))
+    (True, False)
+    >>> engine_id(a).split("-")[0]
+    'fake:m'
+    """  # noqa: E501
+    data = config.model_dump(mode="json", exclude=set(PER_REQUEST))
+    pool = data.get("pool") or {}
+    data["pool"] = {k: v for k, v in pool.items() if k not in PER_REQUEST_POOL}
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    model = (
+        getattr(config, "served_name", None)
+        or getattr(config, "model", None)
+        or getattr(config, "name", None)
+        or config.backend
+    )
+    short = str(model).rstrip("/").rsplit("/", 1)[-1]
+    return f"{config.backend}:{short}-{digest[:8]}"
+
+
+# --- in the engine host actor -----------------------------------------------------
+
+
+class _EngineHost:
+    """Holds one engine in a Ray actor; times its start-up and its calls."""
+
+    def __init__(self, config: Any) -> None:
+        import ray
+
+        from cube_ray.engines.registry import build_engine
+
+        start = time.perf_counter()
+        self._engine = build_engine(config)
+        self._startup_s = time.perf_counter() - start
+        self._node = ray.get_runtime_context().get_node_id()
+
+    def ready(self) -> tuple[str, float, str, bool]:
+        """Its engine's name, start-up seconds, node, and whether it judges items."""
+        items = isinstance(self._engine, ItemJudge)
+        return self._engine.name, self._startup_s, self._node, items
+
+    def generate(
+        self, prompts: list[str], sampling: SamplingParams
+    ) -> tuple[list[Generation], str, float]:
+        start = time.perf_counter()
+        out = self._engine.generate(prompts, sampling=sampling)
+        return out, self._node, time.perf_counter() - start
+
+    def score(
+        self, prompts: list[str], mode: ScoreMode
+    ) -> tuple[list[ScoreResult], str, float]:
+        start = time.perf_counter()
+        out = self._engine.score(prompts, mode=mode)
+        return out, self._node, time.perf_counter() - start
+
+    def judge_items(
+        self, items: list[JudgeItem], _: None
+    ) -> tuple[list[ScoreResult], str, float]:
+        start = time.perf_counter()
+        out = self._engine.judge_items(items)  # type: ignore[attr-defined]
+        return out, self._node, time.perf_counter() - start
+
+
+# --- the dispatcher (async actor) --------------------------------------------------
+
+
+@dataclass
+class _Host:
+    handle: Any
+    ready: Any
+    load: int = 0
+
+
+class _Dispatcher:
+    """Hands batches to the least loaded host; grows the pool while all are busy."""
+
+    def __init__(
+        self, config: Any, *, host_options: dict[str, Any], pool: dict[str, int]
+    ) -> None:
+        self._config = config
+        self._options = host_options
+        self._min = pool["min_size"]
+        self._max = pool["max_size"]
+        self._depth = pool["max_tasks_in_flight_per_actor"]
+        self._hosts: list[_Host] = []
+        self._busy_s = 0.0
+        self._calls = 0
+        self._freed: asyncio.Condition | None = None
+        for _ in range(self._min):
+            self._add_host()
+
+    def _add_host(self) -> _Host:
+        import ray
+
+        handle: Any = (
+            ray.remote(_EngineHost).options(**self._options).remote(self._config)
+        )
+        host = _Host(handle, handle.ready.remote())
+        self._hosts.append(host)
+        return host
+
+    async def _acquire(self) -> _Host:
+        """An idle host; else a new one (below ``max_size``); else the least loaded."""
+        if self._freed is None:
+            self._freed = asyncio.Condition()
+        async with self._freed:
+            while True:
+                host = min(self._hosts, key=lambda h: h.load)
+                if host.load and len(self._hosts) < self._max:
+                    host = self._add_host()
+                if host.load < self._depth:
+                    host.load += 1
+                    return host
+                await self._freed.wait()
+
+    async def _release(self, host: _Host) -> None:
+        assert self._freed is not None
+        async with self._freed:
+            host.load -= 1
+            self._freed.notify()
+
+    async def call(self, method: str, prompts: list[Any], arg: Any) -> tuple[Any, str]:
+        """Run ``generate``/``score``/``judge_items`` on a host: result and node."""
+        host = await self._acquire()
+        try:
+            out, node, busy = await getattr(host.handle, method).remote(prompts, arg)
+        finally:
+            await self._release(host)
+        self._busy_s += busy
+        self._calls += 1
+        return out, node
+
+    async def describe(self) -> tuple[str, bool]:
+        """The engine's name and whether it judges items (waits for a host)."""
+        name, _, _, items = await self._hosts[0].ready
+        return str(name), bool(items)
+
+    async def stats(self) -> dict[str, Any]:
+        """Start-ups, their seconds, and the seconds spent inside engine calls."""
+        startup = 0.0
+        for host in self._hosts:
+            _, seconds, _, _ = await host.ready
+            startup += seconds
+        return {
+            "startups": len(self._hosts),
+            "startup_s": round(startup, 3),
+            "busy_s": round(self._busy_s, 3),
+            "calls": self._calls,
+        }
+
+
+# --- in the stage actors -------------------------------------------------------------
+
+_SERVED_BY: list[str] = []
+
+
+def take_served_node() -> str | None:
+    """The node of the engine host that served this process's last call (once)."""
+    node = _SERVED_BY[-1] if _SERVED_BY else None
+    _SERVED_BY.clear()
+    return node
+
+
+class RemoteEngine:
+    """The :class:`Engine` protocol over a shared pool; closing it closes nothing."""
+
+    def __init__(self, dispatcher: Any, name: str) -> None:
+        self._dispatcher = dispatcher
+        self.name = name
+
+    def _call(self, method: str, prompts: Sequence[Any], arg: Any) -> Any:
+        import ray
+
+        out, node = ray.get(self._dispatcher.call.remote(method, list(prompts), arg))
+        _SERVED_BY.append(node)
+        return out
+
+    def generate(
+        self, prompts: Sequence[str], *, sampling: SamplingParams
+    ) -> list[Generation]:
+        """Generate on a host of the pool."""
+        return list(self._call("generate", prompts, sampling))
+
+    def score(self, prompts: Sequence[str], *, mode: ScoreMode) -> list[ScoreResult]:
+        """Score on a host of the pool."""
+        return list(self._call("score", prompts, mode))
+
+    def close(self) -> None:
+        """The pool outlives its stages: nothing to release here."""
+
+
+class RemoteItemJudge(RemoteEngine):
+    """A shared pool whose engine judges items itself (the reference judge)."""
+
+    def judge_items(self, items: Sequence[JudgeItem]) -> list[ScoreResult]:
+        """Judge on a host of the pool."""
+        return list(self._call("judge_items", items, None))
+
+
+@dataclass(frozen=True)
+class SharedEngines:
+    """An ``engine_factory`` for stages: engine config -> :class:`RemoteEngine`."""
+
+    pools: dict[str, tuple[Any, str, bool]]
+    """Engine id -> (dispatcher handle, engine name, judges items)."""
+
+    def __call__(self, config: Any) -> Engine:
+        """The shared pool of the engine ``config`` loads."""
+        dispatcher, name, items = self.pools[engine_id(config)]
+        cls = RemoteItemJudge if items else RemoteEngine
+        return cls(dispatcher, name)
+
+
+# --- on the driver -----------------------------------------------------------
+
+
+class EnginePools:
+    """The job's engine pools, created on first use, kept until :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, tuple[Any, str, bool]] = {}
+        self._stages: dict[str, list[str]] = {}
+
+    def factory(self, configs: Sequence[Any], *, stage: str) -> SharedEngines:
+        """An engine factory for a stage whose engines are ``configs``.
+
+        Starts the pools not started yet (each waits for its first host).
+        """
+        import ray
+
+        for config in configs:
+            eid = engine_id(config)
+            self._stages.setdefault(eid, [])
+            if stage not in self._stages[eid]:
+                self._stages[eid].append(stage)
+            if eid not in self._pools:
+                dispatcher = _start_dispatcher(config)
+                name, items = ray.get(dispatcher.describe.remote())
+                self._pools[eid] = (dispatcher, name, items)
+        return SharedEngines({e: self._pools[e] for e in map(engine_id, configs)})
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """``manifest.json``'s ``engines``: stages, start-ups, start-up and busy s."""
+        import ray
+
+        out: dict[str, dict[str, Any]] = {}
+        for eid, (dispatcher, _, _) in self._pools.items():
+            try:
+                stats = ray.get(dispatcher.stats.remote(), timeout=60)
+            except Exception as exc:  # a lost dispatcher: say so, keep the run
+                stats = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            out[eid] = {"stages": list(self._stages[eid]), **stats}
+        return out
+
+    def close(self) -> None:
+        """Kill the dispatchers and their hosts."""
+        import ray
+
+        for dispatcher, _, _ in self._pools.values():
+            try:
+                ray.kill(dispatcher)
+            except Exception:  # already gone with its node
+                continue
+        self._pools.clear()
+
+
+def _start_dispatcher(config: Any) -> Any:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    pool = config.pool
+    host_options: dict[str, Any] = {
+        "num_cpus": pool.num_cpus,
+        "max_restarts": -1,
+        "max_task_retries": -1,
+        "max_concurrency": 1,
+    }
+    if pool.num_gpus:
+        host_options["num_gpus"] = pool.num_gpus
+    if pool.resources:
+        host_options["resources"] = dict(pool.resources)
+    here = NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=True
+    )
+    sizes = {
+        "min_size": pool.min_size,
+        "max_size": pool.max_size,
+        "max_tasks_in_flight_per_actor": pool.max_tasks_in_flight_per_actor,
+    }
+    return (
+        ray.remote(_Dispatcher)
+        .options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here)
+        .remote(config, host_options=host_options, pool=sizes)
+    )

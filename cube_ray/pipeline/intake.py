@@ -1,0 +1,214 @@
+"""Intake: the corpus, a question file and QA files, checked before anything runs.
+
+The corpus is streamed on the driver into one-chunk documents, validated into
+a staging folder beside the run dir (a bad corpus leaves the run dir
+untouched), then swapped in. A question file is checked against the staged
+document ids; QA files are checked by their kind (``cube_ray.systems.kinds``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from cube_ray import schema
+from cube_ray.config import RunConfig
+from cube_ray.corpus import iter_document_batches, stable_hash
+from cube_ray.errors import CubeRayError
+from cube_ray.pipeline.method import DOCUMENTS, QUESTIONS
+from cube_ray.pipeline.parts import (
+    PartWriter,
+    StageStats,
+    _heal_swaps,
+    _swap_dir,
+    part_files,
+)
+from cube_ray.stages import QUESTIONS_OUT_SCHEMA
+from cube_ray.systems.kinds import file_digest, system_kind
+
+if TYPE_CHECKING:
+    from cube_ray.pipeline.run import RunOptions
+
+__all__ = ["Intake"]
+
+
+class Intake:
+    """The run's inputs, staged and checked (a part of the driver)."""
+
+    config: RunConfig
+    options: RunOptions
+    run_dir: Path
+    stamp: str
+    stats: dict[str, StageStats]
+    n_docs: int
+    n_questions: int
+
+    table_dir: Callable[[str], Path]
+
+    def stage_documents(self) -> tuple[Path, str, pa.Table | None]:
+        """Validate the corpus (and question file) into a staging folder.
+
+        The folder is beside the run dir, which stays untouched; returns it,
+        the corpus fingerprint and the question file's table.
+        """
+        cfg = self.config
+        parent = self.run_dir.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        # Stage outside the run dir so a bad corpus leaves it untouched.
+        staging = parent / f".{self.run_dir.name}.staging-{uuid.uuid4().hex[:8]}"
+        start = time.monotonic()
+        h = hashlib.blake2b(digest_size=16)
+        writer = PartWriter(
+            staging,
+            run_stamp=self.stamp,
+            stage=DOCUMENTS,
+            schema_=schema.DOCUMENTS_SCHEMA,
+            max_rows=self.config.ray.write_rows,
+        )
+        try:
+            for batch in iter_document_batches(
+                cfg.corpus,
+                batch_rows=cfg.ray.read_batch_size,
+                limit=self.options.limit,
+            ):
+                for ch in batch.column(schema.CONTENT_HASH).to_pylist():
+                    h.update(ch.encode())
+                writer.write(batch)
+            writer.flush()
+            self.n_docs = writer.rows
+            fingerprint = h.hexdigest()
+            questions = (
+                self._question_file_table(staging)
+                if cfg.questions.source == "file"
+                else None
+            )
+            self._check_qa_files()
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self.stats[DOCUMENTS] = StageStats(
+            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
+        )
+        return staging, fingerprint, questions
+
+    def documents(self, staged: tuple[Path, str, pa.Table | None]) -> str:
+        """Move staged documents into the run dir; returns the corpus fingerprint."""
+        staging, fingerprint, questions = staged
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _heal_swaps(self.run_dir)
+        target = self.table_dir(DOCUMENTS)
+        old_fp = self._old_manifest().get("corpus_fingerprint")
+        if old_fp == fingerprint and part_files(target):
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            staging.mkdir(parents=True, exist_ok=True)
+            _swap_dir(staging, target)
+        if questions is not None:
+            self._write_question_file(questions)
+        return fingerprint
+
+    def _old_manifest(self) -> dict[str, Any]:
+        path = self.run_dir / "manifest.json"
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _question_file_table(self, staging: Path) -> pa.Table:
+        """Load and check the question file against the staged document ids."""
+        import polars as pl
+
+        from cube_ray.systems import load_question_file
+
+        qcfg = self.config.questions
+        assert qcfg.path is not None
+        # Known ids come from the staged documents (only the id column).
+        doc_dir_files = [str(f) for f in part_files(staging)]
+        ids = (
+            pl.scan_parquet(doc_dir_files)
+            .select(schema.DOC_ID)
+            .collect()[schema.DOC_ID]
+        )
+        frame = load_question_file(
+            qcfg.path,
+            question_field=qcfg.question_field,
+            doc_id_field=qcfg.doc_id_field,
+            id_field=qcfg.question_id_field,
+            reference_answer_field=qcfg.reference_answer_field,
+            known_doc_ids=set(ids.to_list()),
+        )
+        if self.options.limit is not None:
+            frame = frame.head(self.options.limit)
+        digest = stable_hash(file_digest(qcfg.path))
+        n = frame.height
+        return pa.table(
+            {
+                schema.QUESTION_ID: frame[schema.QUESTION_ID].to_arrow(),
+                schema.DOC_ID: frame[schema.DOC_ID].to_arrow(),
+                schema.QUESTION: frame[schema.QUESTION].to_arrow(),
+                schema.GENERATOR: pa.array(["file"] * n, pa.string()),
+                schema.REFERENCE_ANSWER: frame[schema.REFERENCE_ANSWER].to_arrow(),
+                schema.CONTENT_HASH: pa.array([digest] * n, pa.string()),
+                schema.STATUS: pa.array([schema.STATUS_OK] * n, pa.string()),
+            }
+        )
+
+    def _write_question_file(self, table: pa.Table) -> None:
+        staging = self.run_dir / f".staging-questions-{uuid.uuid4().hex[:8]}"
+        writer = PartWriter(
+            staging,
+            run_stamp=self.stamp,
+            stage="questions",
+            schema_=QUESTIONS_OUT_SCHEMA,
+        )
+        writer.write(table)
+        writer.flush()
+        staging.mkdir(parents=True, exist_ok=True)
+        _swap_dir(staging, self.table_dir(QUESTIONS))
+        self.n_questions = table.num_rows
+        self.stats[QUESTIONS] = StageStats(
+            expected=table.num_rows, written=table.num_rows
+        )
+
+    def _check_qa_files(self) -> None:
+        """Each system's driver-side checks (a QA file's header), before any write."""
+        for system in self.config.systems:
+            system_kind(system).check(system)
+
+    def prepare_system(self, system: Any) -> None:
+        """A system's one-off set-up (its kind's ``prepare``) in one task.
+
+        That is the built-in RAG's index, or a QA file's validation and lookup
+        index (``index/`` of the run dir). The task is pinned to the driver's
+        node, where the run dir (and so the documents and the index) lives;
+        the driver itself holds nothing. A bad QA file fails here with its
+        file, row and field.
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        prep = system_kind(system).prepare(system, run_dir=self.run_dir)
+        if prep is None:
+            return
+        node = ray.get_runtime_context().get_node_id()
+        task = ray.remote(prep.fn).options(
+            num_cpus=self.config.ray.task_num_cpus,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        )
+        try:
+            ray.get(task.remote(system, **prep.kwargs))
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, CubeRayError):
+                raise exc.cause from None
+            raise

@@ -1,0 +1,244 @@
+"""The CuBE method as data: its stages, what each reads, calls and writes.
+
+``stage_graph(config, corpus_fp=...)`` is the one definition of the method's
+stages (CUBE_METHOD.md): the generator's questions, the zero/full bounds,
+every system under test, every judge. Each :class:`StageSpec` names its input
+rows (:class:`Inputs`: a source table and the function that expands it into
+stage rows, with the fingerprint that goes into each row's hash), the stage
+class and its constructor arguments, the engines it calls, the stages that
+must finish before it starts, and its output table (whose key is
+``KEYS[table]``). The run (``cube_ray.pipeline.run``) walks it, and so does
+``--dry-run`` (``cube_ray.plan``). No Ray here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import pyarrow as pa
+
+from cube_ray.config import RunConfig, engine_fingerprint
+from cube_ray.corpus import stable_hash
+from cube_ray.engines.config import PoolConfig
+from cube_ray.errors import ConfigError
+from cube_ray.prompts import load_template
+from cube_ray.stages import (
+    KEYS,
+    AnswerStage,
+    JudgeStage,
+    QuestionStage,
+    SystemStage,
+    answer_inputs,
+    judge_inputs,
+    question_inputs,
+    system_inputs,
+)
+from cube_ray.systems.kinds import system_kind
+
+__all__ = [
+    "ANSWERS",
+    "DOCUMENTS",
+    "QUESTIONS",
+    "SCORES",
+    "TABLES",
+    "Inputs",
+    "StageSpec",
+    "stage_graph",
+    "template_text",
+]
+
+DOCUMENTS: Final = "documents"
+QUESTIONS: Final = "questions"
+ANSWERS: Final = "answers"
+SCORES: Final = "scores"
+TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
+
+Source = Literal["documents", "questions", "qdocs", "answers"]
+"""Where a stage's rows come from: ``documents``; ``questions``; ``qdocs``
+(questions joined with their gold document); ``answers`` (every answer joined
+with its question and gold document)."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """How a stage's input rows are built from a source table."""
+
+    source: Source
+    expand: Callable[..., pa.Table]
+    """Source rows -> stage rows with their ``_input_hash`` (``cube_ray.stages``)."""
+    kwargs: dict[str, Any]
+    """Arguments of ``expand``: the fingerprint(s) that go into each row's hash."""
+    per_row: int = 1
+    """Stage rows per source row (the bounds: 2; a judge: one per dimension)."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of the method; the runner (``cube_ray.pipeline.runner``) runs it."""
+
+    label: str
+    """Name in the manifest and in part file names (``answers:bounds``)."""
+    table: str
+    """Output table; rows are keyed by ``KEYS[table]``."""
+    stage_cls: type[Any]
+    """The stage class (``cube_ray.stages``), built once per stage actor."""
+    stage_kwargs: dict[str, Any]
+    """Its constructor arguments (the run adds ``call_log``, ``engine_factory``)."""
+    inputs: Inputs
+    pool: PoolConfig
+    """The stage actors' pool; ``batch_size`` = rows per engine call."""
+    engines: tuple[Any, ...] = ()
+    """Engine configs it calls, each served by the job's shared pool."""
+    after: tuple[str, ...] = ()
+    """Labels of the stages whose output it reads."""
+    own_actors: bool = False
+    """Its actors do work of their own (a system's retrieval or HTTP calls), so
+    they take ``pool``'s CPUs, GPUs and resources; otherwise they are light
+    (``ray.task_num_cpus``) and the engine pool holds the resources."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """What ``--dry-run`` needs to know (the system config of a system stage)."""
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The output table's key columns."""
+        return KEYS[self.table]
+
+    @property
+    def out_schema(self) -> pa.Schema:
+        """Columns written to the output table."""
+        schema: pa.Schema = self.stage_cls.output_schema
+        return schema
+
+
+def template_text(name: str) -> str:
+    """A prompt template's text (its part of the fingerprints)."""
+    try:
+        return load_template(name).template
+    except (OSError, FileNotFoundError) as exc:
+        msg = f"prompt template {name!r} not found ({exc}); fix prompts.* in the config"
+        raise ConfigError(msg) from exc
+
+
+def _light(engine: Any) -> PoolConfig:
+    """The pool of a stage whose only work is its engine's (held elsewhere)."""
+    pool: PoolConfig = engine.pool
+    return PoolConfig(
+        min_size=1,
+        max_size=pool.max_size * pool.max_tasks_in_flight_per_actor,
+        num_cpus=0,  # replaced by ray.task_num_cpus when run
+        batch_size=pool.batch_size,
+        # Two batches queued per light actor: below that Ray Data never adds
+        # an actor (its scale-up threshold is 175 % utilisation).
+        max_tasks_in_flight_per_actor=2,
+    )
+
+
+def stage_graph(
+    config: RunConfig, *, corpus_fp: str = "", documents_path: str = ""
+) -> list[StageSpec]:
+    """The method's stages in an order that respects ``after``.
+
+    ``corpus_fp`` and ``documents_path`` (the run's ``documents/``) are the
+    run's; a dry run leaves them empty.
+    """
+    gen = config.generator
+    gen_fp = engine_fingerprint(gen)
+    answer_tpl = template_text(config.prompts.answer)
+    specs: list[StageSpec] = []
+    first: tuple[str, ...] = ()
+    if config.questions.source != "file":
+        fp = stable_hash(gen_fp, template_text(config.prompts.question))
+        specs.append(
+            StageSpec(
+                QUESTIONS,
+                QUESTIONS,
+                QuestionStage,
+                {"engine": gen, "template": config.prompts.question},
+                Inputs(DOCUMENTS, question_inputs, {"fingerprint": fp}),
+                _light(gen),
+                engines=(gen,),
+            )
+        )
+        first = (QUESTIONS,)
+    specs.append(
+        StageSpec(
+            "answers:bounds",
+            ANSWERS,
+            AnswerStage,
+            {"engine": gen, "template": config.prompts.answer},
+            Inputs(
+                "qdocs",
+                answer_inputs,
+                {"fingerprint": stable_hash(gen_fp, answer_tpl)},
+                per_row=2,
+            ),
+            _light(gen),
+            engines=(gen,),
+            after=first,
+        )
+    )
+    for system in config.systems:
+        kind = system_kind(system)
+        parts = [
+            json.dumps(
+                system.model_dump(mode="json", exclude={"pool"}), sort_keys=True
+            ),
+            answer_tpl,
+            *kind.fingerprint_parts(system, generator_fp=gen_fp, corpus_fp=corpus_fp),
+        ]
+        specs.append(
+            StageSpec(
+                f"answers:{system.name}",
+                ANSWERS,
+                SystemStage,
+                {
+                    "system": system,
+                    "documents_path": documents_path,
+                    "generator": gen,
+                    "answer_template": config.prompts.answer,
+                },
+                Inputs(
+                    "questions",
+                    system_inputs,
+                    {"system": system.name, "fingerprint": stable_hash(*parts)},
+                ),
+                system.pool,
+                engines=(gen,) if kind.uses_generator else (),
+                after=first,
+                own_actors=True,
+                extra={"system": system},
+            )
+        )
+    answer_stages = tuple(s.label for s in specs if s.table == ANSWERS)
+    rubrics = config.rubrics()
+    dims = list(rubrics)
+    judge_tpl = template_text(config.prompts.judge)
+    for judge, engine in config.judges.items():
+        efp = engine_fingerprint(engine)
+        fps = {d: stable_hash(efp, judge_tpl, rubrics[d]) for d in dims}
+        specs.append(
+            StageSpec(
+                f"scores:{judge}",
+                SCORES,
+                JudgeStage,
+                {
+                    "judge": judge,
+                    "engine": engine,
+                    "rubrics": rubrics,
+                    "template": config.prompts.judge,
+                },
+                Inputs(
+                    ANSWERS,
+                    judge_inputs,
+                    {"judge": judge, "fingerprints": fps, "dimensions": dims},
+                    per_row=len(dims),
+                ),
+                _light(engine),
+                engines=(engine,),
+                after=answer_stages,
+            )
+        )
+    return specs

@@ -1,0 +1,319 @@
+"""The part-file protocol of the run dir's tables (no Ray here).
+
+A table (``documents/``, ``questions/``, ``answers/``, ``scores/``) is a folder
+of Parquet part files ``part-<run stamp>-<stage>-<seq>[-<key digest>].parquet``.
+Every row carries its key and ``content_hash`` (the hash of its inputs).
+A part file is written under a temporary name (``.tmp-``) and renamed when
+complete, so a crash never leaves a half-written file that readers take for a
+complete one; a file named by the keys of its rows is rewritten, not doubled,
+when Ray retries the task that wrote it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cube_ray import schema
+from cube_ray.errors import InputError
+from cube_ray.pipeline.method import TABLES
+from cube_ray.stages import NODE_ID
+
+__all__ = [
+    "PartWriter",
+    "StageStats",
+    "part_files",
+    "read_table",
+]
+
+_TMP_PREFIX = ".tmp-"
+_PENDING_PREFIX = ".compact-pending-"
+_CUR_HASH = "_cur_hash"
+
+
+def part_files(table_dir: Path, stage: str | None = None) -> list[Path]:
+    """The complete part files of a table directory (of one stage), oldest first.
+
+    Temporary files (``.tmp-*``, being written or left by a crash) are ignored.
+    """
+    if not table_dir.is_dir():
+        return []
+    files = sorted(p for p in table_dir.glob("part-*.parquet") if p.is_file())
+    if stage is None:
+        return files
+    pattern = re.compile(
+        rf"^part-\d{{8}}T\d+Z-{re.escape(_safe(stage))}-\d{{6}}(-[0-9a-f]{{16}})?"
+        r"\.parquet$"
+    )
+    return [p for p in files if pattern.match(p.name)]
+
+
+def _safe(stage: str) -> str:
+    """A stage label as it appears in part file names."""
+    return "".join(c if c.isalnum() or c in "-_@." else "_" for c in stage)
+
+
+def _rows_in(files: list[Path]) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+class PartWriter:
+    """Writes Arrow tables as Parquet part files, atomically.
+
+    Rows are buffered up to ``max_rows`` and written to a
+    ``.tmp-`` file that is renamed to ``part-<run>-<stage>-<seq>.parquet`` once
+    it is complete. Part names sort by run start time, so "newest" is well
+    defined.
+    """
+
+    def __init__(
+        self,
+        table_dir: Path,
+        *,
+        run_stamp: str,
+        stage: str,
+        schema_: pa.Schema | None,
+        max_rows: int = 65536,
+        first_seq: int = 0,
+    ) -> None:
+        self.table_dir = table_dir
+        self._stem = f"part-{run_stamp}-{_safe(stage)}"
+        self._schema = schema_
+        self._max_rows = max_rows
+        self._buf: list[pa.Table] = []
+        self._buf_rows = 0
+        self._seq = first_seq
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Buffer a table; flush when enough rows have accumulated."""
+        if table.num_rows:
+            if self._schema is not None:
+                table = table.select(self._schema.names).cast(self._schema)
+            self._buf.append(table)
+            self._buf_rows += table.num_rows
+        if self._buf_rows >= self._max_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered rows as one part file."""
+        if not self._buf_rows:
+            return
+        table = pa.concat_tables(self._buf)
+        self._buf, self._buf_rows = [], 0
+        self.table_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{self._stem}-{self._seq:06d}.parquet"
+        self._seq += 1
+        tmp = self.table_dir / f"{_TMP_PREFIX}{name}"
+        pq.write_table(table, tmp)
+        tmp.replace(self.table_dir / name)
+        self.rows += table.num_rows
+
+
+def _remove_temp(table_dir: Path) -> None:
+    if table_dir.is_dir():
+        for p in table_dir.glob(f"{_TMP_PREFIX}*"):
+            p.unlink(missing_ok=True)
+
+
+def _swap_dir(new: Path, target: Path) -> None:
+    """Replace ``target`` by ``new``; a crash between the renames is healed later."""
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.replace(old)
+    new.replace(target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _heal_swaps(run_dir: Path) -> None:
+    for name in TABLES:
+        target = run_dir / name
+        old = run_dir / f".{name}.old"
+        if old.exists() and not target.exists():
+            old.replace(target)
+        elif old.exists():
+            shutil.rmtree(old)
+        _remove_temp(target)
+    for stale in run_dir.glob(".staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def read_table(table_dir: Path, key: tuple[str, ...] | None = None) -> pa.Table:
+    """Read a whole table directory (small runs, tests); dedup by key, newest wins.
+
+    The pipeline itself never calls this on the driver for big tables.
+    """
+    files = part_files(table_dir)
+    if not files:
+        msg = f"no part files under {table_dir}"
+        raise InputError(msg, path=str(table_dir))
+    tables = [pq.read_table(f) for f in files]
+    table = pa.concat_tables(tables, promote_options="default")
+    if key is None or table.num_rows == 0:
+        return table
+    import polars as pl
+
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df.unique(subset=list(key), keep="last", maintain_order=True).to_arrow()
+
+
+@dataclass
+class StageStats:
+    """What one stage did."""
+
+    expected: int = 0
+    written: int = 0
+    skipped: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    nodes: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    retries: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view for the manifest."""
+        return {
+            "expected_rows": self.expected,
+            "rows_written": self.written,
+            "rows_skipped": self.skipped,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "statuses": dict(self.statuses),
+            "nodes": dict(self.nodes),
+            "seconds": round(self.seconds, 3),
+            "retries": list(self.retries),
+        }
+
+
+# What a writer task reports of the part file it wrote (one row per file).
+_WRITTEN = pa.schema(
+    [
+        ("file", pa.string()),
+        ("rows", pa.int64()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("statuses", pa.string()),  # JSON {status: rows}
+        ("nodes", pa.string()),  # JSON {node id: rows}
+    ]
+)
+
+
+def _part_name(stem: str, table: pa.Table, key: tuple[str, ...]) -> str:
+    """A part file name that depends only on the keys of its rows.
+
+    A task Ray retries on the same block rewrites the same file instead of
+    adding a second copy of its rows.
+
+    >>> t = pa.table({"k": ["a", "b"], "v": [1, 2]})
+    >>> _part_name("part-x-s-000000", t, ("k",))
+    'part-x-s-000000-31f7be3973bff6f4.parquet'
+    >>> _part_name("part-x-s-000000", t.set_column(1, "v", pa.array([3, 4])), ("k",))
+    'part-x-s-000000-31f7be3973bff6f4.parquet'
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    for k in _key_strings(table, key):
+        digest.update(k.encode())
+        digest.update(b"\x1e")
+    return f"{stem}-{digest.hexdigest()}.parquet"
+
+
+def _describe(
+    name: str, table: pa.Table, nodes: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """One ``_WRITTEN`` row for a part file holding ``table``."""
+    import pyarrow.compute as pc
+
+    def total(col: str) -> int:
+        if col not in table.column_names:
+            return 0
+        return int(pc.sum(table.column(col)).as_py() or 0)
+
+    statuses: Counter[str] = Counter()
+    if schema.STATUS in table.column_names:
+        statuses.update(table.column(schema.STATUS).to_pylist())
+    return {
+        "file": name,
+        "rows": table.num_rows,
+        "prompt_tokens": total(schema.PROMPT_TOKENS),
+        "completion_tokens": total(schema.COMPLETION_TOKENS),
+        "statuses": json.dumps(dict(statuses), sort_keys=True),
+        "nodes": json.dumps(nodes or {}, sort_keys=True),
+    }
+
+
+def _write_part(
+    batch: pa.Table,
+    *,
+    directory: str,
+    stem: str,
+    key: tuple[str, ...],
+    schema_: pa.Schema | None,
+) -> pa.Table:
+    """Write one block as a part file, atomically, and describe it in one row.
+
+    Runs in a Ray task beside the actor pools, so blocks go from the object
+    store to disk without passing through the driver; the driver receives
+    only these one-row descriptions.
+    """
+    if batch.num_rows == 0:
+        return _WRITTEN.empty_table()
+    nodes: dict[str, int] = {}
+    if NODE_ID in batch.column_names:
+        nodes = dict(Counter(batch.column(NODE_ID).to_pylist()))
+        batch = batch.drop_columns([NODE_ID])
+    if schema_ is not None:
+        batch = batch.select(schema_.names).cast(schema_)
+    name = _part_name(stem, batch, key)
+    out_dir = Path(directory)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # A unique temporary name: two attempts of one task may overlap.
+    tmp = out_dir / f"{_TMP_PREFIX}{uuid.uuid4().hex[:8]}-{name}"
+    pq.write_table(batch, tmp)
+    tmp.replace(out_dir / name)
+    return pa.Table.from_pylist([_describe(name, batch, nodes)], schema=_WRITTEN)
+
+
+def _keep_current(batch: pa.Table) -> pa.Table:
+    """Rows whose hash is current, or whose key the current input lacks."""
+    import pyarrow.compute as pc
+
+    cur = batch.column(_CUR_HASH)
+    ok = pc.or_(pc.is_null(cur), pc.equal(batch.column(schema.CONTENT_HASH), cur))
+    return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])
+
+
+def _key_strings(table: pa.Table, key: tuple[str, ...]) -> list[str]:
+    """One string per row joining the key columns (for set lookups)."""
+    cols = [table.column(c).to_pylist() for c in key]
+    return ["\x1f".join(parts) for parts in zip(*cols, strict=True)]
+
+
+_DONE_CACHE: dict[str, Any] = {}
+
+
+def _count(stats: StageStats, info: dict[str, Any]) -> None:
+    """Add a written file's description (``_WRITTEN``) to a stage's stats."""
+    stats.written += info["rows"]
+    stats.prompt_tokens += info["prompt_tokens"]
+    stats.completion_tokens += info["completion_tokens"]
+    stats.statuses.update(json.loads(info["statuses"]))
+    stats.nodes.update(json.loads(info["nodes"]))
+
+
+def _status_ok(row: dict[str, Any]) -> bool:
+    return bool(row[schema.STATUS] == schema.STATUS_OK)

