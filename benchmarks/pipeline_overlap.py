@@ -1,16 +1,18 @@
 """Stage overlap on a two-node local cluster: job makespan against engine busy time.
 
     PYTHONPATH=. .venv/bin/python benchmarks/pipeline_overlap.py \
-        --records 48 --latency 0.5 --startup 5
+        --records 24 --latency 4 --startup 5 --batch 8 --waves 4
 
 A ``ray.cluster_utils.Cluster`` with a head node advertising ``generator`` and
 a second node advertising ``judge``; fake engines that sleep like a GPU:
 ``--startup`` seconds to load, ``--latency`` seconds per batch. The job: one
 question per record, the zero/full bounds, one QA-file system, two judges
-(different engines) x four dimensions. It runs twice on the same cluster, in
-this process: with ``ray.overlap: false`` (stages one after another, as on
-main before the redesign) and with ``ray.overlap: true``, each into a fresh run
-dir. For each it reports the makespan (``wall_s`` of the manifest), each
+(different engines) x four dimensions. It runs three times on the same
+cluster, in this process, each into a fresh run dir: ``ray.overlap: false``
+(stages one after another, as on main before the redesign), ``ray.overlap:
+true`` (stages side by side), and ``ray.overlap: true`` with ``ray.waves``
+(each stage once per wave of the records, so judges start on the first
+wave's answers). For each it reports the makespan (``wall_s`` of the manifest), each
 engine pool's start-ups, start-up and busy seconds, and the ratio makespan /
 busiest pool's (start-up + busy) seconds; the target is <= 1.25 with overlap.
 Results go to ``benchmarks/out/overlap.json``.
@@ -62,7 +64,7 @@ def _corpus(tmp: Path, n: int) -> tuple[Path, Path]:
 
 
 def _config(
-    tmp: Path, corpus: Path, qa: Path, args: argparse.Namespace, overlap: bool
+    tmp: Path, corpus: Path, qa: Path, args: argparse.Namespace, mode: str
 ) -> Path:
     def engine(name: str, seed: int, resource: str) -> dict[str, Any]:
         return {
@@ -89,9 +91,14 @@ def _config(
         "judges": {f"j{i}": engine(f"j{i}", i, "judge") for i in (1, 2)},
         "systems": [{"name": "rag", "kind": "qa_file", "path": str(qa), "k": 8}],
         "allow_fake_engines": True,
-        "ray": {"write_rows": 64, "overlap": overlap, "task_num_cpus": 0.25},
+        "ray": {
+            "write_rows": 64,
+            "overlap": mode != "sequential",
+            "waves": args.waves if mode == "waves" else 1,
+            "task_num_cpus": 0.25,
+        },
     }
-    path = tmp / f"run-{'overlap' if overlap else 'sequential'}.yaml"
+    path = tmp / f"run-{mode}.yaml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     return path
 
@@ -125,6 +132,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.5)
     parser.add_argument("--startup", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--waves", type=int, default=4)
+    parser.add_argument(
+        "--modes", default="sequential,overlap,waves", help="runs, in this order"
+    )
     parser.add_argument("--tmp", type=Path, default=Path("/tmp/cube-overlap-bench"))
     args = parser.parse_args()
 
@@ -145,9 +156,8 @@ def main() -> None:
         cluster.add_node(num_cpus=4, resources={"judge": 2})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-        for overlap in (False, True):
-            name = "overlap" if overlap else "sequential"
-            cfg = _config(args.tmp, corpus, qa, args, overlap)
+        for name in args.modes.split(","):
+            cfg = _config(args.tmp, corpus, qa, args, name)
             results[name] = _measure(cfg, args.tmp / f"run-{name}")
             print(name, json.dumps(results[name], indent=1), flush=True)
     finally:
@@ -155,7 +165,7 @@ def main() -> None:
         cluster.shutdown()
     OUT.mkdir(exist_ok=True)
     (OUT / "overlap.json").write_text(json.dumps(results, indent=2) + "\n")
-    for name in ("sequential", "overlap"):
+    for name in args.modes.split(","):
         r = results[name]
         print(
             f"{name:10s} makespan {r['wall_s']:7.1f} s  busiest pool "

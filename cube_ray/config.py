@@ -9,6 +9,12 @@ field has a docstring, which ``docs/pipeline.md`` mirrors.
 Relative paths in a config file are resolved against the directory of that file,
 so a config works the same from any working directory (and under
 ``ray job submit --working-dir .``).
+
+Size: about 1,000 lines, one module on purpose: it is the one place the run
+config is declared (the style rule "typed, strict configs declared once"),
+and most of it is field docstrings that ``docs/pipeline.md`` mirrors. The
+engine and system configs live in their own packages; the cross-field
+problems (``_*_problems``) sit beside the models they check.
 """
 
 from __future__ import annotations
@@ -326,6 +332,15 @@ class RayConfig(StrictModel):
     stages one after another. Off by default until it is measured on a
     cluster: on a 2-core machine concurrent Ray Data executions competed for
     the few logical CPUs and ran slower than one after another."""
+    waves: int = Field(default=1, ge=1, le=99)
+    """With ``overlap``: split the records into this many waves (by a hash of
+    the question id, which is the document id for generated questions) and
+    run every stage once per wave. A wave's bounds, systems and judges start
+    as soon as that wave's own upstream stages are done, so judges score
+    wave 1 while the generator writes wave 2 (block-level overlap); each
+    stage runs its waves in order. Every wave is a Ray Data execution of its
+    own (reads, joins, actor start-up), so keep a wave at thousands of rows
+    or more on a cluster. 1: each stage runs once over all records."""
     progress: bool = True
     """Show a progress bar per stage."""
     resource_wait_s: float = Field(default=600.0, ge=0)
@@ -334,6 +349,17 @@ class RayConfig(StrictModel):
     autoscaler's node types can); then stop with exit code 3 and manifest
     status ``resource_timeout``. A demand that no node and no node type can
     meet fails at once (exit code 2)."""
+
+    @model_validator(mode="after")
+    def _waves_overlap(self) -> RayConfig:
+        if self.waves > 1 and not self.overlap:
+            msg = (
+                f"ray.waves is {self.waves} but ray.overlap is false: waves only "
+                "let stages start early when stages overlap; set ray.overlap: "
+                "true, or ray.waves: 1"
+            )
+            raise ValueError(msg)
+        return self
 
 
 _PACKAGED = ("question", "answer", "judge")

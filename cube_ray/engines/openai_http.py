@@ -1,5 +1,11 @@
 """An OpenAI-compatible HTTP engine (API models, ``vllm serve``, Ollama).
 
+Size: about 680 lines and one class of about 420, on purpose: the class is one
+request/retry state machine (status handling, backoff, parse retries, the
+expected-score follow-ups) whose branches share the client, the semaphore and
+the counters; the pure parts (score reading, secrets) live in ``_scoring`` and
+``cube_ray.security``.
+
 The engine is synchronous and batch-oriented like every engine; inside, each
 call runs its own asyncio event loop with one ``httpx.AsyncClient`` and at most
 ``max_concurrency`` requests in flight, so it is safe in a Ray actor (and in a

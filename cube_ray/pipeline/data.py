@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -25,7 +26,13 @@ if TYPE_CHECKING:
 
     from cube_ray.engines.config import PoolConfig
 
-__all__ = ["FOOTER_ACTORS_ENV", "LIGHT_MAP_ROWS", "READ_UNIT_ENV", "DataOps"]
+__all__ = [
+    "FOOTER_ACTORS_ENV",
+    "LIGHT_MAP_ROWS",
+    "READ_UNIT_ENV",
+    "DataOps",
+    "wave_of",
+]
 
 FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 READ_UNIT_ENV = "RAY_DATA_PARQUET_BIN_PACKING_BYTES"
@@ -54,6 +61,23 @@ def _env(values: dict[str, str]) -> Iterator[None]:
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+def wave_of(ids: list[str], waves: int) -> list[int]:
+    """The wave (0 .. waves - 1) of each id: CRC-32 of its UTF-8, on every run.
+
+    >>> wave_of(["d-1", "d-2", "d-3", "d-4", "d-1"], 2)
+    [1, 1, 1, 0, 1]
+    >>> sorted(set(wave_of([f"doc-{i}" for i in range(100)], 4)))
+    [0, 1, 2, 3]
+    """
+    return [zlib.crc32(i.encode()) % waves for i in ids]
+
+
+def _in_wave(batch: pa.Table, *, column: str, wave: int, waves: int) -> pa.Table:
+    ids = batch.column(column).to_pylist()
+    keep = pa.array([w == wave for w in wave_of(ids, waves)], pa.bool_())
+    return batch.filter(keep)
 
 
 def _blocks(ds: Dataset) -> Iterator[pa.Table]:
@@ -195,6 +219,16 @@ class DataOps:
         return ds.map_batches(
             fn,
             fn_kwargs=kwargs,
+            batch_format="pyarrow",
+            num_cpus=self.config.ray.task_num_cpus,
+            batch_size=LIGHT_MAP_ROWS,
+        )
+
+    def in_wave(self, ds: Dataset, column: str, wave: int, waves: int) -> Dataset:
+        """The rows of ``ds`` whose ``column`` falls in ``wave`` (``wave_of``)."""
+        return ds.map_batches(
+            cast("Any", _in_wave),
+            fn_kwargs={"column": column, "wave": wave, "waves": waves},
             batch_format="pyarrow",
             num_cpus=self.config.ray.task_num_cpus,
             batch_size=LIGHT_MAP_ROWS,

@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,9 +87,18 @@ def engine_id(config: Any) -> str:
 
 # --- in the engine host actor -----------------------------------------------------
 
+_Served = tuple[Any, str, float, tuple[str, float]]
+"""What a host returns: results, its node, seconds in the engine call, and the
+(id, seconds) of the start-up that served it."""
+
 
 class _EngineHost:
-    """Holds one engine in a Ray actor; times its start-up and its calls."""
+    """Holds one engine in a Ray actor; times its start-up and its calls.
+
+    Every call also returns which start-up of the host served it (an id drawn
+    in ``__init__``, which Ray runs again when it restarts the actor) and that
+    start-up's seconds, so the dispatcher counts restarts as start-ups.
+    """
 
     def __init__(self, config: Any) -> None:
         import ray
@@ -96,34 +107,27 @@ class _EngineHost:
 
         start = time.perf_counter()
         self._engine = build_engine(config)
-        self._startup_s = time.perf_counter() - start
+        self._startup = (uuid.uuid4().hex, time.perf_counter() - start)
         self._node = ray.get_runtime_context().get_node_id()
 
-    def ready(self) -> tuple[str, float, str, bool]:
-        """Its engine's name, start-up seconds, node, and whether it judges items."""
+    def ready(self) -> tuple[str, tuple[str, float], str, bool]:
+        """Name, start-up (id, seconds), node, and whether it judges items."""
         items = isinstance(self._engine, ItemJudge)
-        return self._engine.name, self._startup_s, self._node, items
+        return self._engine.name, self._startup, self._node, items
 
-    def generate(
-        self, prompts: list[str], sampling: SamplingParams
-    ) -> tuple[list[Generation], str, float]:
+    def _timed(self, call: Any, *args: Any, **kwargs: Any) -> _Served:
         start = time.perf_counter()
-        out = self._engine.generate(prompts, sampling=sampling)
-        return out, self._node, time.perf_counter() - start
+        out = call(*args, **kwargs)
+        return out, self._node, time.perf_counter() - start, self._startup
 
-    def score(
-        self, prompts: list[str], mode: ScoreMode
-    ) -> tuple[list[ScoreResult], str, float]:
-        start = time.perf_counter()
-        out = self._engine.score(prompts, mode=mode)
-        return out, self._node, time.perf_counter() - start
+    def generate(self, prompts: list[str], sampling: SamplingParams) -> _Served:
+        return self._timed(self._engine.generate, prompts, sampling=sampling)
 
-    def judge_items(
-        self, items: list[JudgeItem], _: None
-    ) -> tuple[list[ScoreResult], str, float]:
-        start = time.perf_counter()
-        out = self._engine.judge_items(items)  # type: ignore[attr-defined]
-        return out, self._node, time.perf_counter() - start
+    def score(self, prompts: list[str], mode: ScoreMode) -> _Served:
+        return self._timed(self._engine.score, prompts, mode=mode)
+
+    def judge_items(self, items: list[JudgeItem], _: None) -> _Served:
+        return self._timed(self._engine.judge_items, items)  # type: ignore[attr-defined]
 
 
 # --- the dispatcher (async actor) --------------------------------------------------
@@ -150,6 +154,8 @@ class _Dispatcher:
         self._hosts: list[_Host] = []
         self._busy_s = 0.0
         self._calls = 0
+        self._startups: dict[str, float] = {}
+        """Every start-up of a host seen (id -> seconds), restarts included."""
         self._freed: asyncio.Condition | None = None
         for _ in range(self._min):
             self._add_host()
@@ -188,12 +194,19 @@ class _Dispatcher:
         """Run ``generate``/``score``/``judge_items`` on a host: result and node."""
         host = await self._acquire()
         try:
-            out, node, busy = await getattr(host.handle, method).remote(prompts, arg)
+            out, node, busy, (startup_id, startup_s) = await getattr(
+                host.handle, method
+            ).remote(prompts, arg)
         finally:
             await self._release(host)
+        self._startups[startup_id] = startup_s
         self._busy_s += busy
         self._calls += 1
         return out, node
+
+    async def hosts(self) -> list[Any]:
+        """The engine host actors (diagnostics, tests)."""
+        return [h.handle for h in self._hosts]
 
     async def describe(self) -> tuple[str, bool]:
         """The engine's name and whether it judges items (waits for a host)."""
@@ -201,14 +214,17 @@ class _Dispatcher:
         return str(name), bool(items)
 
     async def stats(self) -> dict[str, Any]:
-        """Start-ups, their seconds, and the seconds spent inside engine calls."""
-        startup = 0.0
+        """Start-ups, their seconds, and the seconds spent inside engine calls.
+
+        Restarts of a host (after a lost actor or node) count as start-ups.
+        """
+        startups = dict(self._startups)
         for host in self._hosts:
-            _, seconds, _, _ = await host.ready
-            startup += seconds
+            _, (startup_id, seconds), _, _ = await host.ready
+            startups[startup_id] = seconds
         return {
-            "startups": len(self._hosts),
-            "startup_s": round(startup, 3),
+            "startups": len(startups),
+            "startup_s": round(sum(startups.values()), 3),
             "busy_s": round(self._busy_s, 3),
             "calls": self._calls,
         }
@@ -285,6 +301,9 @@ class EnginePools:
     def __init__(self) -> None:
         self._pools: dict[str, tuple[Any, str, bool]] = {}
         self._stages: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+        """Overlapping stages (driver threads) asking for one engine at once
+        must get one pool."""
 
     def factory(self, configs: Sequence[Any], *, stage: str) -> SharedEngines:
         """An engine factory for a stage whose engines are ``configs``.
@@ -293,6 +312,12 @@ class EnginePools:
         """
         import ray
 
+        with self._lock:
+            return self._factory(configs, stage=stage, ray=ray)
+
+    def _factory(
+        self, configs: Sequence[Any], *, stage: str, ray: Any
+    ) -> SharedEngines:
         for config in configs:
             eid = engine_id(config)
             self._stages.setdefault(eid, [])

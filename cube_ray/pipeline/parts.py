@@ -185,6 +185,27 @@ class StageStats:
     seconds: float = 0.0
     retries: list[str] = field(default_factory=list)
 
+    def plus(self, other: StageStats) -> StageStats:
+        """Both together: a stage over two waves of the records.
+
+        >>> a = StageStats(expected=4, written=4, seconds=1.0, retries=["x"])
+        >>> b = StageStats(expected=2, written=1, skipped=1, seconds=0.5)
+        >>> c = a.plus(b)
+        >>> c.expected, c.written, c.skipped, c.seconds, c.retries
+        (6, 5, 1, 1.5, ['x'])
+        """
+        return StageStats(
+            expected=self.expected + other.expected,
+            written=self.written + other.written,
+            skipped=self.skipped + other.skipped,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            statuses=self.statuses + other.statuses,
+            nodes=self.nodes + other.nodes,
+            seconds=self.seconds + other.seconds,
+            retries=[*self.retries, *other.retries],
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view for the manifest."""
         return {

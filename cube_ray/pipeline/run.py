@@ -4,8 +4,8 @@
    started or joined and the cluster checked (``cube_ray.preflight``);
 2. the stage graph (``method.stage_graph``) is walked (``schedule``): each
    stage runs (``runner``) once the stages it reads are done, beside the
-   others when ``ray.overlap`` is on; engines are shared per distinct engine
-   (``engine_pool``);
+   others when ``ray.overlap`` is on, once per wave of the records with
+   ``ray.waves``; engines are shared per distinct engine (``engine_pool``);
 3. ``summary.json`` (``cube_ray.aggregate``), ``manifest.json`` and the report.
 """
 
@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import importlib.metadata
 import json
+import math
 import os
 import shutil
 import sys
@@ -34,7 +35,7 @@ from cube_ray.env import prompt_key
 from cube_ray.errors import CubeRayError, ResourceWaitError
 from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps
-from cube_ray.pipeline.engine_pool import EnginePools
+from cube_ray.pipeline.engine_pool import EnginePools, engine_id
 from cube_ray.pipeline.intake import Intake
 from cube_ray.pipeline.method import (
     ANSWERS,
@@ -118,6 +119,39 @@ def _versions() -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One stage over one wave of the records (all of them when ``waves`` is 1).
+
+    >>> from types import SimpleNamespace as S
+    >>> judge = S(label="scores:j1", after=("answers:bounds", "answers:rag"))
+    >>> _Step(judge, 0, 1).label, _Step(judge, 0, 1).after
+    ('scores:j1', ('answers:bounds', 'answers:rag'))
+    >>> _Step(judge, 1, 3).label, _Step(judge, 1, 3).after
+    ('scores:j1@2', ('answers:bounds@2', 'answers:rag@2', 'scores:j1@1'))
+    """
+
+    spec: Any  # StageSpec
+    wave: int
+    waves: int
+
+    def _name(self, label: str, wave: int) -> str:
+        return label if self.waves == 1 else f"{label}@{wave + 1}"
+
+    @property
+    def label(self) -> str:
+        """``answers:bounds``, or ``answers:bounds@2`` for its second wave."""
+        return self._name(self.spec.label, self.wave)
+
+    @property
+    def after(self) -> tuple[str, ...]:
+        """The same wave of the stages it reads, and its own previous wave."""
+        after = tuple(self._name(a, self.wave) for a in self.spec.after)
+        if self.wave:
+            after += (self._name(self.spec.label, self.wave - 1),)
+        return after
+
+
 def _atomic_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
@@ -144,12 +178,23 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         self.started_at = time.monotonic()
         """When the run began (``wall_s`` of the manifest)."""
 
-    def run_spec(self, spec: StageSpec) -> None:
-        """Build a stage's inputs from its recipe and run it."""
+    def run_spec(self, spec: StageSpec, wave: int = 0, waves: int = 1) -> None:
+        """Build a stage's inputs (of one wave) from its recipe and run it."""
         recipe = spec.inputs
         source, count = self._source(recipe.source)
+        if waves > 1:
+            # Generated questions take their document's id, so a document and
+            # its question, answers and scores are in the same wave. The
+            # wave's source rows are kept in the object store (not on the
+            # driver): counted once, read by the anti-join and the stage.
+            column = schema.DOC_ID if recipe.source == DOCUMENTS else schema.QUESTION_ID
+            source = self.in_wave(source, column, wave, waves).materialize()
+            count = source.count()
+            if count == 0:  # a small corpus may leave a wave empty
+                self.stats.setdefault(spec.label, StageStats())
+                return
         inputs = self.light_map(source, recipe.expand, **recipe.kwargs)
-        self.run_stage(spec, inputs=inputs, expected=recipe.per_row * count)
+        self.run_stage(spec, inputs=inputs, expected=recipe.per_row * count, wave=wave)
 
     def _source(self, name: str) -> tuple[Dataset, int]:
         """A source table of stage inputs and its row count."""
@@ -195,18 +240,45 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
             self.n_questions = self.n_docs
         prepared: set[str] = set()
 
-        def run_one(spec: StageSpec) -> None:
+        def run_one(step: _Step) -> None:
+            spec = step.spec
             system = spec.extra.get("system")
             if system is not None and system.name not in prepared:
-                self.prepare_system(system)
-            self.run_spec(spec)
+                self.prepare_system(system)  # its waves come one after another
+                prepared.add(system.name)
+            self.run_spec(spec, step.wave, step.waves)
 
         for spec in specs:  # early ones (QA files) fail before any stage
             system = spec.extra.get("system")
             if system is not None and system_kind(system).prepares_early:
                 self.prepare_system(system)
                 prepared.add(system.name)
-        run_graph(specs, run_one, overlap=self.config.ray.overlap)
+        waves = self.config.ray.waves
+        steps = [_Step(spec, w, waves) for w in range(waves) for spec in specs]
+        overlap = self.config.ray.overlap
+        run_graph(
+            steps,
+            run_one,
+            overlap=overlap,
+            cost=self._step_cpus,
+            budget=self._stage_cpus(specs) if overlap else math.inf,
+        )
+
+    def _step_cpus(self, step: _Step) -> float:
+        """Logical CPUs a running stage holds: its actors and a task."""
+        task = self.config.ray.task_num_cpus
+        pool = step.spec.pool
+        actors = pool.num_cpus * pool.min_size if step.spec.own_actors else task
+        return actors + task
+
+    def _stage_cpus(self, specs: list[StageSpec]) -> float:
+        """The cluster's logical CPUs less what the engine pools can hold."""
+        import ray
+
+        pools = {engine_id(e): e.pool for s in specs for e in s.engines}
+        hosts = float(sum(p.num_cpus * p.max_size for p in pools.values()))
+        cluster: dict[str, Any] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return float(cluster.get("CPU", 0.0)) - hosts
 
 
 def connect_ray(config: RunConfig, address: str | None = None) -> bool:

@@ -38,7 +38,12 @@ from cube_ray.pipeline.parts import (
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-__all__ = ["StageRunner"]
+__all__ = ["WAVE_SEQ", "StageRunner"]
+
+WAVE_SEQ = 10_000
+"""Part-file sequence numbers of wave ``w`` of a stage start at ``w * WAVE_SEQ``
+(each retry takes the next number), so the waves of a stage never share a
+file name."""
 
 
 class _Progress:
@@ -82,18 +87,30 @@ class StageRunner:
         if self.progress:
             print(f"cube-ray: {text}", file=console())
 
-    def run_stage(self, spec: StageSpec, *, inputs: Dataset, expected: int) -> None:
-        """Run one stage, retrying its unfinished rows after a lost node.
+    def run_stage(
+        self, spec: StageSpec, *, inputs: Dataset, expected: int, wave: int = 0
+    ) -> None:
+        """Run one stage (of one wave), retrying unfinished rows after a lost node.
 
         Rows already received are written, so a retry is an ordinary resume:
         it sends only the rows not yet written to the engines. Errors in our
-        own or the engines' code are not retried.
+        own or the engines' code are not retried. The waves of a stage run
+        one after another; their statistics add up under the stage's label.
         """
         label = spec.label
+        earlier = self.stats.get(label) if wave else None
         stats = StageStats(expected=expected)
-        self.stats[label] = stats
         start = time.monotonic()
-        first_seq = 0
+        try:
+            self._run_stage(spec, stats, inputs, first_seq=wave * WAVE_SEQ)
+        finally:
+            stats.seconds = time.monotonic() - start
+            self.stats[label] = earlier.plus(stats) if earlier else stats
+
+    def _run_stage(
+        self, spec: StageSpec, stats: StageStats, inputs: Dataset, *, first_seq: int
+    ) -> None:
+        label = spec.label
         failures = 0  # in a row, without a row written in between
         written_at_failure = -1
         attempt = 0
@@ -127,7 +144,8 @@ class StageRunner:
             reason = faults.infra_reason(cause)
             stats.retries.append(reason)
             self._say(
-                f"{label}: {reason}; {stats.written} rows are written, "
+                f"{self._shown(label, first_seq)}: {reason}; {stats.written} rows "
+                "are written, "
                 f"retrying the rest (retry {failures} of at most {retries} in a "
                 "row without progress)"
             )
@@ -136,7 +154,12 @@ class StageRunner:
         # was counted; the next attempt skipped its rows: count them now.
         for stem in stems[:-1]:
             self._count_unseen(stats, self.table_dir(spec.table), stem, seen)
-        stats.seconds = time.monotonic() - start
+
+    def _shown(self, label: str, first_seq: int) -> str:
+        """A stage's name in messages: with its wave when there are waves."""
+        if self.config.ray.waves == 1:
+            return label
+        return f"{label}@{first_seq // WAVE_SEQ + 1}"
 
     def _stem(self, label: str, first_seq: int) -> str:
         """Name prefix of the part files of one attempt of a stage."""
@@ -168,6 +191,7 @@ class StageRunner:
         ``seen``: the part files this stage run has counted (name -> rows).
         """
         label, key, expected = spec.label, spec.key, stats.expected
+        shown = self._shown(label, first_seq)
         start = time.monotonic()
         table_dir = self.table_dir(spec.table)
         existing = part_files(table_dir, label)
@@ -195,7 +219,7 @@ class StageRunner:
                     self._compact_retrying(spec.table, label, inputs, expected)
                     pending.unlink(missing_ok=True)
                 elif first_attempt:
-                    self._say(f"{label}: all {expected} rows already done, skipped")
+                    self._say(f"{shown}: all {expected} rows already done, skipped")
                 return
             pending.touch()
         try:
@@ -206,7 +230,7 @@ class StageRunner:
             raise faults.StageInterrupted(first_seq) from exc
         out = self._map(spec, todo)
         stem = self._stem(label, first_seq)
-        bar = _Progress(self.progress, label, expected - stats.skipped - stats.written)
+        bar = _Progress(self.progress, shown, expected - stats.skipped - stats.written)
         try:
             for info in self.write_parts(
                 out, table_dir, stem=stem, key=key, schema_=spec.out_schema
@@ -235,7 +259,7 @@ class StageRunner:
                 self._compact_retrying(spec.table, label, inputs, expected)
             pending.unlink(missing_ok=True)
         self._say(
-            f"{label}: {written} rows written, {stats.skipped} skipped "
+            f"{shown}: {written} rows written, {stats.skipped} skipped "
             f"({time.monotonic() - start:.1f} s)"
         )
 

@@ -19,6 +19,10 @@ each, not a copy.
 The across-judge figure of a replicate averages a fixed set of judges (those the
 summary's headline used, CUBE_METHOD.md section 10); a replicate in which one of
 them is undefined is undefined, never an average of fewer judges.
+
+Size: about 800 lines, one module on purpose: it is one computation (the
+method over a batch of resamples) whose steps share array layouts; splitting
+it would put one ``[B, Q]`` convention in several files.
 """
 
 from __future__ import annotations

@@ -1,16 +1,25 @@
 """Stages that use one engine share one long-lived pool: it starts once, serves
-all of them, and the manifest says so."""
+all of them, and the manifest says so; with ``ray.waves`` a wave's judges
+start while the generator still writes later waves, and every row is made
+once."""
 
 from __future__ import annotations
 
 import json
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cube_ray.config import RunConfig
+from cube_ray.engines.base import SamplingParams
+from cube_ray.engines.config import FakeEngineConfig, PoolConfig
 from cube_ray.pipeline import RunOptions, run_pipeline
+from cube_ray.pipeline.engine_pool import EnginePools
+from cube_ray.pipeline.parts import part_files
+from cube_ray.pipeline.runner import WAVE_SEQ
 from tests.pipeline_helpers import (
     assert_complete,
     fake_config,
@@ -71,3 +80,81 @@ def test_one_pool_per_distinct_engine(ray_local: Any, tmp_path: Path) -> None:
     stages = manifest["stages"]
     assert stages["scores:argmax"]["rows_written"] == 3 * N_DOCS * 4
     assert stages["scores:expected"]["rows_written"] == 3 * N_DOCS * 4
+
+
+@pytest.mark.timeout(300)
+def test_concurrent_stages_get_one_pool_and_restarts_count(ray_local: Any) -> None:
+    """Stages that overlap (driver threads) ask for one engine at once: one pool.
+    A host killed by Ray comes back; the manifest counts that start-up too."""
+    import ray
+
+    config = FakeEngineConfig(name="gen", startup_s=0.5, pool=PoolConfig(num_cpus=0.25))
+    pools = EnginePools()
+    try:
+        factories: list[Any] = []
+        threads = [
+            threading.Thread(
+                target=lambda s=stage: factories.append(
+                    pools.factory([config], stage=s)
+                )
+            )
+            for stage in ("answers:bounds", "answers:rag", "questions")
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(factories) == 3
+        [(eid, stats)] = pools.stats().items()  # one pool, not three
+        assert sorted(stats["stages"]) == ["answers:bounds", "answers:rag", "questions"]
+        assert stats["startups"] == 1
+
+        engine = factories[0](config)
+        sampling = SamplingParams(max_tokens=8)
+        first = engine.generate(["a prompt"], sampling=sampling)
+        dispatcher = pools._pools[eid][0]
+        [host] = ray.get(dispatcher.hosts.remote())
+        ray.kill(host, no_restart=False)  # Ray restarts it, as after a lost node
+        again = engine.generate(["a prompt"], sampling=sampling)
+        assert [g.text for g in again] == [g.text for g in first]
+        stats = pools.stats()[eid]
+        assert stats["startups"] == 2, stats
+        assert stats["startup_s"] >= 2 * 0.5
+        assert stats["calls"] == 2
+    finally:
+        pools.close()
+
+
+@pytest.mark.timeout(900)
+def test_waves_start_judges_before_the_bounds_are_done(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    n_docs = 12
+    corpus, ids = make_corpus(tmp_path, n_docs)
+    qa = make_qa_file(tmp_path, ids)
+    cfg = fake_config(tmp_path, corpus, qa, ray_options={"overlap": True, "waves": 3})
+    run_dir = tmp_path / "run"
+    log = tmp_path / "calls.log"
+    run_pipeline(
+        RunConfig.from_yaml(cfg),
+        RunOptions(run_dir=run_dir, call_log=str(log), progress=False, report=False),
+    )
+
+    assert_complete(run_dir, n_docs, judges=2)
+    calls = log.read_text().splitlines()
+    assert len(calls) == len(set(calls))  # no row sent to an engine twice
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    stages = manifest["stages"]
+    assert stages["answers:bounds"]["expected_rows"] == 2 * n_docs
+    assert stages["answers:bounds"]["rows_written"] == 2 * n_docs
+    assert stages["scores:j1"]["rows_written"] == 3 * n_docs * 4
+    # Each wave of a stage writes its own part files (sequence w * 10000) ...
+    bounds = part_files(run_dir / "answers", "answers:bounds")
+    seqs = [re.search(r"-(\d{6})(-[0-9a-f]{16})?\.parquet$", f.name) for f in bounds]
+    assert all(seqs), [f.name for f in bounds]
+    assert len({int(m.group(1)) // WAVE_SEQ for m in seqs if m}) >= 2
+    # ... and the first wave's scores were written before the last wave's
+    # bounds: judges ran while the generator was still answering.
+    first_scores = min(f.stat().st_mtime for f in part_files(run_dir / "scores"))
+    last_bounds = max(f.stat().st_mtime for f in bounds)
+    assert first_scores < last_bounds

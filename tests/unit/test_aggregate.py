@@ -14,7 +14,7 @@ from cube_ray import schema
 from cube_ray.aggregate import (
     AggregateOptions,
     WeightsError,
-    _summary,
+    _parts,
     cross_judge,
     pearson_weights,
     rank_scores,
@@ -75,7 +75,7 @@ def test_worked_example_every_figure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Both computation paths: score histograms, and one sort per group.
-    monkeypatch.setattr(_summary, "_HISTOGRAM_MAX_DISTINCT", 2048 if histograms else -1)
+    monkeypatch.setattr(_parts, "_HISTOGRAM_MAX_DISTINCT", 2048 if histograms else -1)
     answers, scores = worked
     out = summarize(answers, scores, options=AggregateOptions())
     expected = json.loads((WORKED / "expected_summary.json").read_text())

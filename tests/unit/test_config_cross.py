@@ -162,3 +162,11 @@ def test_every_problem_in_one_message(tmp_path: Path) -> None:
     assert "(3 problem(s))" in text
     for field in ("aggregate.k", "aggregate.weights.tone", "prompts.answer"):
         assert f"  - {field}" in text
+
+
+def test_waves_need_overlap(tmp_path: Path) -> None:
+    text = fails(tmp_path, "ray: {waves: 4}\n")
+    assert "ray.waves is 4 but ray.overlap is false" in text
+    assert "set ray.overlap: true, or ray.waves: 1" in text
+    assert load(tmp_path, "ray: {waves: 4, overlap: true}\n").ray.waves == 4
+    assert "ray.waves" in fails(tmp_path, "ray: {waves: 0, overlap: true}\n")
