@@ -53,6 +53,8 @@ __all__ = [
 
 PER_REQUEST = frozenset({"sampling", "score_mode"})
 """Engine config fields that go with each request, not with the engine."""
+HOST_UNAVAILABLE_RETRIES = 12
+"""Times a batch is sent again to a host Ray is restarting (about 100 s)."""
 PER_REQUEST_POOL = frozenset({"batch_size"})
 """Pool fields that size requests, not the pool."""
 
@@ -191,14 +193,29 @@ class _Dispatcher:
             self._freed.notify()
 
     async def call(self, method: str, prompts: list[Any], arg: Any) -> tuple[Any, str]:
-        """Run ``generate``/``score``/``judge_items`` on a host: result and node."""
-        host = await self._acquire()
-        try:
-            out, node, busy, (startup_id, startup_s) = await getattr(
-                host.handle, method
-            ).remote(prompts, arg)
-        finally:
-            await self._release(host)
+        """Run ``generate``/``score``/``judge_items`` on a host: result and node.
+
+        A host whose node was just lost answers ``ActorUnavailableError`` while
+        Ray restarts it elsewhere; an engine call has no side effect, so the
+        batch is sent again (up to ``HOST_UNAVAILABLE_RETRIES`` times, waiting
+        1, 2, 4, 8, then 10 s) instead of failing the stage.
+        """
+        import ray.exceptions
+
+        for attempt in range(HOST_UNAVAILABLE_RETRIES + 1):
+            host = await self._acquire()
+            try:
+                out, node, busy, (startup_id, startup_s) = await getattr(
+                    host.handle, method
+                ).remote(prompts, arg)
+            except ray.exceptions.ActorUnavailableError:
+                if attempt == HOST_UNAVAILABLE_RETRIES:
+                    raise
+                await asyncio.sleep(min(2.0**attempt, 10.0))
+                continue
+            finally:
+                await self._release(host)
+            break
         self._startups[startup_id] = startup_s
         self._busy_s += busy
         self._calls += 1
