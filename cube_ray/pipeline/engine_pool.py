@@ -327,14 +327,12 @@ class EnginePools:
 
         Starts the pools not started yet (each waits for its first host).
         """
+        with self._lock:
+            return self._factory(configs, stage=stage)
+
+    def _factory(self, configs: Sequence[Any], *, stage: str) -> SharedEngines:
         import ray
 
-        with self._lock:
-            return self._factory(configs, stage=stage, ray=ray)
-
-    def _factory(
-        self, configs: Sequence[Any], *, stage: str, ray: Any
-    ) -> SharedEngines:
         for config in configs:
             eid = engine_id(config)
             self._stages.setdefault(eid, [])
