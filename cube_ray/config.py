@@ -319,6 +319,14 @@ class RayConfig(StrictModel):
     """Up to this many already-written rows of a stage, resume bookkeeping
     (which rows are done, which are stale) runs on the driver with a broadcast
     set; above it, with Ray Data hash joins (no driver memory)."""
+    driver_source_mb: int = Field(default=8, ge=0)
+    """Up to this many MiB of Parquet files behind a stage's inputs (its
+    source table, or the tables joined for it), the driver reads and joins
+    them with Arrow and hands Ray Data the result; above it, Ray Data reads
+    and hash-joins them in tasks (no driver memory). Small inputs (trials,
+    the demo, waves of a few thousand rows) then skip the Parquet footer
+    readers and join aggregators, actors that every Ray Data execution
+    (every stage, every wave) starts anew. 0: always Ray Data."""
     stage_retries: int = Field(default=5, ge=0)
     """Times in a row a stage is retried after Ray loses a worker, actor or
     node without a row written in between (a retry that makes progress

@@ -31,6 +31,7 @@ __all__ = [
     "LIGHT_MAP_ROWS",
     "READ_UNIT_ENV",
     "DataOps",
+    "rows_in_wave",
     "wave_of",
 ]
 
@@ -74,7 +75,13 @@ def wave_of(ids: list[str], waves: int) -> list[int]:
     return [zlib.crc32(i.encode()) % waves for i in ids]
 
 
-def _in_wave(batch: pa.Table, *, column: str, wave: int, waves: int) -> pa.Table:
+def rows_in_wave(batch: pa.Table, *, column: str, wave: int, waves: int) -> pa.Table:
+    """The rows of ``batch`` whose ``column`` falls in ``wave`` (``wave_of``).
+
+    >>> t = pa.table({"id": ["d-1", "d-2", "d-3", "d-4"]})
+    >>> rows_in_wave(t, column="id", wave=0, waves=2).column("id").to_pylist()
+    ['d-4']
+    """
     ids = batch.column(column).to_pylist()
     keep = pa.array([w == wave for w in wave_of(ids, waves)], pa.bool_())
     return batch.filter(keep)
@@ -87,22 +94,50 @@ def _blocks(ds: Dataset) -> Iterator[pa.Table]:
 
 
 class _StageActor:
-    """Runs a stage in a Ray actor; tags each row with the node that made it.
-
-    That is the node of the engine host that served the batch when the stage
-    calls a shared engine pool, else the actor's own node.
-    """
+    """Runs a stage with work of its own (a system) in a Ray actor."""
 
     def __init__(self, stage_cls: type[Any], kwargs: dict[str, Any]) -> None:
         self._stage = stage_cls(**kwargs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        import ray
+        return _run_tagged(self._stage, batch)
 
-        take_served_node()
-        out: pa.Table = self._stage(batch)
-        node = take_served_node() or ray.get_runtime_context().get_node_id()
-        return out.append_column(NODE_ID, pa.array([node] * out.num_rows, pa.string()))
+
+def _run_tagged(stage: Any, batch: pa.Table) -> pa.Table:
+    """``stage(batch)``, each row tagged with the node that made it.
+
+    That is the node of the engine host that served the batch when the stage
+    calls a shared engine pool, else this process's node.
+    """
+    import ray
+
+    take_served_node()
+    out: pa.Table = stage(batch)
+    node = take_served_node() or ray.get_runtime_context().get_node_id()
+    return out.append_column(NODE_ID, pa.array([node] * out.num_rows, pa.string()))
+
+
+_STAGES: dict[str, Any] = {}
+"""Stage objects of light stages in this worker process, by stage run."""
+_STAGES_KEPT = 8
+
+
+def _light_stage(
+    batch: pa.Table, *, run: str, stage_cls: type[Any], kwargs: dict[str, Any]
+) -> pa.Table:
+    """A light stage (its engine lives in a shared pool) as a Ray task.
+
+    Tasks run in Ray's pooled worker processes, which outlive a Ray Data
+    execution; a stage's actors would be new processes in every execution
+    (every wave). The stage object is built once per worker process and
+    stage run (``run``) and kept, the newest ``_STAGES_KEPT`` of them.
+    """
+    stage = _STAGES.get(run)
+    if stage is None:
+        while len(_STAGES) >= _STAGES_KEPT:
+            _STAGES.pop(next(iter(_STAGES)))
+        stage = _STAGES[run] = stage_cls(**kwargs)
+    return _run_tagged(stage, batch)
 
 
 _DONE_CACHE: dict[str, Any] = {}
@@ -124,12 +159,8 @@ def _drop_done(batch: pa.Table, *, done: list[Any], key: tuple[str, ...]) -> pa.
     return batch.filter(pa.array(mask, pa.bool_()))
 
 
-def pool_args(pool: PoolConfig, *, light_cpus: float | None = None) -> dict[str, Any]:
-    """``map_batches`` arguments of a stage's actor pool.
-
-    ``light_cpus``: the actors only call a shared engine pool, which holds
-    the GPUs and resources; they take that many CPUs and nothing else.
-    """
+def pool_args(pool: PoolConfig) -> dict[str, Any]:
+    """``map_batches`` arguments of a stage's own actor pool."""
     import ray.data
 
     args: dict[str, Any] = {
@@ -139,13 +170,13 @@ def pool_args(pool: PoolConfig, *, light_cpus: float | None = None) -> dict[str,
             max_tasks_in_flight_per_actor=pool.max_tasks_in_flight_per_actor,
         ),
         "batch_size": pool.batch_size,
-        "num_cpus": pool.num_cpus if light_cpus is None else light_cpus,
+        "num_cpus": pool.num_cpus,
         # Ray Data's defaults (max_restarts=-1, max_task_retries=-1) restart
         # actors and retry their tasks when a node dies.
     }
-    if light_cpus is None and pool.num_gpus:
+    if pool.num_gpus:
         args["num_gpus"] = pool.num_gpus
-    if light_cpus is None and pool.resources:
+    if pool.resources:
         args["resources"] = dict(pool.resources)
     return args
 
@@ -224,10 +255,19 @@ class DataOps:
             batch_size=LIGHT_MAP_ROWS,
         )
 
+    def from_table(self, table: pa.Table) -> Dataset:
+        """A table the driver built, as a dataset of ``LIGHT_MAP_ROWS``-row blocks."""
+        import ray.data
+
+        n = LIGHT_MAP_ROWS
+        return ray.data.from_arrow(
+            [table.slice(i, n) for i in range(0, max(table.num_rows, 1), n)]
+        )
+
     def in_wave(self, ds: Dataset, column: str, wave: int, waves: int) -> Dataset:
         """The rows of ``ds`` whose ``column`` falls in ``wave`` (``wave_of``)."""
         return ds.map_batches(
-            cast("Any", _in_wave),
+            cast("Any", rows_in_wave),
             fn_kwargs={"column": column, "wave": wave, "waves": waves},
             batch_format="pyarrow",
             num_cpus=self.config.ray.task_num_cpus,

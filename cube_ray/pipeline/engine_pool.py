@@ -14,10 +14,11 @@ the whole job instead of each loading the model. A pool is:
   ``max_tasks_in_flight_per_actor`` batches and fewer than ``max_size``
   exist, and adds up the time spent inside engine calls.
 
-Stage actors (light, ``ray.task_num_cpus`` each) reach the pool through a
-:class:`RemoteEngine`, which has the :class:`~cube_ray.engines.base.Engine`
-protocol, so the stage classes in ``cube_ray.stages`` are unchanged: they get
-it from their ``engine_factory``. docs/pipeline.md says why this design.
+Stages (light Ray tasks of ``ray.task_num_cpus``, or a system's actors)
+reach the pool through a :class:`RemoteEngine`, which has the
+:class:`~cube_ray.engines.base.Engine` protocol, so the stage classes in
+``cube_ray.stages`` are unchanged: they get it from their ``engine_factory``.
+docs/pipeline.md says why this design.
 """
 
 from __future__ import annotations
@@ -247,7 +248,7 @@ class _Dispatcher:
         }
 
 
-# --- in the stage actors -------------------------------------------------------------
+# --- in the stages' tasks and actors ----------------------------------------------
 
 _SERVED_BY: list[str] = []
 

@@ -84,20 +84,22 @@ class StageSpec:
     table: str
     """Output table; rows are keyed by ``KEYS[table]``."""
     stage_cls: type[Any]
-    """The stage class (``cube_ray.stages``), built once per stage actor."""
+    """The stage class (``cube_ray.stages``), built once per stage actor (or,
+    for a light stage, once per Ray worker process that runs its tasks)."""
     stage_kwargs: dict[str, Any]
     """Its constructor arguments (the run adds ``call_log``, ``engine_factory``)."""
     inputs: Inputs
     pool: PoolConfig
-    """The stage actors' pool; ``batch_size`` = rows per engine call."""
+    """The stage's pool (its actors, or its tasks when light); ``batch_size`` =
+    rows per engine call."""
     engines: tuple[Any, ...] = ()
     """Engine configs it calls, each served by the job's shared pool."""
     after: tuple[str, ...] = ()
     """Labels of the stages whose output it reads."""
     own_actors: bool = False
     """Its actors do work of their own (a system's retrieval or HTTP calls), so
-    they take ``pool``'s CPUs, GPUs and resources; otherwise they are light
-    (``ray.task_num_cpus``) and the engine pool holds the resources."""
+    they take ``pool``'s CPUs, GPUs and resources; otherwise the stage is light:
+    Ray tasks of ``ray.task_num_cpus``, and the engine pool holds the resources."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What ``--dry-run`` needs to know (the system config of a system stage)."""
 
@@ -123,16 +125,17 @@ def template_text(name: str) -> str:
 
 
 def _light(engine: Any) -> PoolConfig:
-    """The pool of a stage whose only work is its engine's (held elsewhere)."""
+    """The pool of a stage whose only work is its engine's (held elsewhere).
+
+    Its Ray tasks (``ray.task_num_cpus`` each) keep two batches queued per
+    engine host: at most ``max_size`` of them run at once.
+    """
     pool: PoolConfig = engine.pool
     return PoolConfig(
         min_size=1,
         max_size=pool.max_size * pool.max_tasks_in_flight_per_actor,
         num_cpus=0,  # replaced by ray.task_num_cpus when run
         batch_size=pool.batch_size,
-        # Two batches queued per light actor: below that Ray Data never adds
-        # an actor (its scale-up threshold is 175 % utilisation).
-        max_tasks_in_flight_per_actor=2,
     )
 
 

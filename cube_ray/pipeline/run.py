@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.config import RunConfig
@@ -34,7 +35,7 @@ from cube_ray.console import console, quiet_console
 from cube_ray.env import prompt_key
 from cube_ray.errors import CubeRayError, ResourceWaitError
 from cube_ray.pipeline.compaction import Compaction
-from cube_ray.pipeline.data import DataOps
+from cube_ray.pipeline.data import DataOps, rows_in_wave
 from cube_ray.pipeline.engine_pool import EnginePools, engine_id
 from cube_ray.pipeline.intake import Intake
 from cube_ray.pipeline.method import (
@@ -181,23 +182,72 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
     def run_spec(self, spec: StageSpec, wave: int = 0, waves: int = 1) -> None:
         """Build a stage's inputs (of one wave) from its recipe and run it."""
         recipe = spec.inputs
-        source, count = self._source(recipe.source)
-        if waves > 1:
-            # Generated questions take their document's id, so a document and
-            # its question, answers and scores are in the same wave. The
-            # wave's source rows are kept in the object store (not on the
-            # driver): counted once, read by the anti-join and the stage.
-            column = schema.DOC_ID if recipe.source == DOCUMENTS else schema.QUESTION_ID
-            source = self.in_wave(source, column, wave, waves).materialize()
-            count = source.count()
-            if count == 0:  # a small corpus may leave a wave empty
-                self.stats.setdefault(spec.label, StageStats())
-                return
+        source, count = self._wave_source(recipe.source, wave, waves)
+        if waves > 1 and count == 0:  # a small corpus may leave a wave empty
+            self.stats.setdefault(spec.label, StageStats())
+            return
         inputs = self.light_map(source, recipe.expand, **recipe.kwargs)
         self.run_stage(spec, inputs=inputs, expected=recipe.per_row * count, wave=wave)
 
+    def _wave_source(self, name: str, wave: int, waves: int) -> tuple[Dataset, int]:
+        """A source table of stage inputs (the rows of one wave) and its row count.
+
+        Generated questions take their document's id, so a document and its
+        question, answers and scores are in the same wave.
+        """
+        column = schema.DOC_ID if name == DOCUMENTS else schema.QUESTION_ID
+        table = self._source_on_driver(name)
+        if table is not None:
+            if waves > 1:
+                table = rows_in_wave(table, column=column, wave=wave, waves=waves)
+            return self.from_table(table), table.num_rows
+        source, count = self._source(name)
+        if waves > 1:
+            # The wave's rows are kept in the object store (not on the
+            # driver): counted once, read by the anti-join and the stage.
+            source = self.in_wave(source, column, wave, waves).materialize()
+            count = source.count()
+        return source, count
+
+    def _source_on_driver(self, name: str) -> pa.Table | None:
+        """``_source``'s table, read and joined with Arrow on the driver.
+
+        None when its files are over ``ray.driver_source_mb`` (or missing:
+        Ray Data's read then says so).
+        """
+        needs = {DOCUMENTS: (DOCUMENTS,), QUESTIONS: (QUESTIONS,)}.get(
+            name,
+            (QUESTIONS, DOCUMENTS)
+            if name == "qdocs"
+            else (ANSWERS, QUESTIONS, DOCUMENTS),
+        )
+        files = {t: part_files(self.table_dir(t)) for t in needs}
+        size = sum(f.stat().st_size for fs in files.values() for f in fs)
+        if not all(files.values()) or size > self.config.ray.driver_source_mb * 2**20:
+            return None
+
+        def read(table: str, columns: list[str] | None = None) -> pa.Table:
+            parts = [pq.ParquetFile(f).read(columns=columns) for f in files[table]]
+            return pa.concat_tables(parts, promote_options="default")
+
+        q_cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
+        if name == DOCUMENTS:
+            return read(DOCUMENTS)
+        if name == QUESTIONS:
+            return read(QUESTIONS, q_cols)
+        docs = read(DOCUMENTS, [schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH])
+        docs = docs.rename_columns([schema.DOC_ID, schema.TEXT, DOC_HASH])
+        qdocs = read(QUESTIONS, q_cols).join(docs, schema.DOC_ID, join_type="inner")
+        if name == "qdocs":
+            return qdocs
+        cols = [schema.QUESTION_ID, schema.SYSTEM, schema.ANSWER, schema.CONTENT_HASH]
+        answers = read(ANSWERS, cols).rename_columns([*cols[:-1], ANSWER_HASH])
+        return answers.join(
+            qdocs.drop_columns([schema.DOC_ID]), schema.QUESTION_ID, join_type="inner"
+        )
+
     def _source(self, name: str) -> tuple[Dataset, int]:
-        """A source table of stage inputs and its row count."""
+        """A source table of stage inputs and its row count (Ray Data reads)."""
         q_cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
         if name == DOCUMENTS:
             return self.read(DOCUMENTS), self.n_docs
@@ -265,7 +315,7 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         )
 
     def _step_cpus(self, step: _Step) -> float:
-        """Logical CPUs a running stage holds: its actors and a task."""
+        """Logical CPUs a running stage holds: a light task or its actors, a writer."""
         task = self.config.ray.task_num_cpus
         pool = step.spec.pool
         actors = pool.num_cpus * pool.min_size if step.spec.own_actors else task

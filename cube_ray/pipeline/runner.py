@@ -3,17 +3,18 @@
 Retried after a lost worker or node.
 
 An attempt is ``inputs -> [left_anti join with what is already written] ->
-map_batches(stage actors) -> writer tasks``; the driver only iterates the
-descriptions of the part files written. Stage actors of a spec with engines
-reach the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
+map_batches(the stage's tasks or actors) -> writer tasks``; the driver only
+iterates the descriptions of the part files written. A spec with engines
+reaches the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow.parquet as pq
 
@@ -22,7 +23,7 @@ from cube_ray.config import RunConfig
 from cube_ray.console import console
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline import faults
-from cube_ray.pipeline.data import _StageActor, pool_args
+from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
 from cube_ray.pipeline.engine_pool import EnginePools
 from cube_ray.pipeline.method import StageSpec
 from cube_ray.pipeline.parts import (
@@ -264,7 +265,16 @@ class StageRunner:
         )
 
     def _map(self, spec: StageSpec, todo: Dataset) -> Dataset:
-        """The stage actors over the rows to do, one output block per input block."""
+        """The stage over the rows to do, one output block per input block.
+
+        A stage with work of its own (a system) runs in an actor pool with
+        its pool's CPUs, GPUs and resources. A light stage only calls the
+        shared engine pools: it runs as tasks (``ray.task_num_cpus`` each, at
+        most ``pool.max_size`` at once), which reuse Ray's worker processes
+        instead of starting actors in every execution (every wave).
+        """
+        import ray.data
+
         kwargs = {
             **spec.stage_kwargs,
             **self.stage_context,
@@ -275,16 +285,28 @@ class StageRunner:
                 spec.engines, stage=spec.label
             )
         pool = spec.pool
-        light = None if spec.own_actors else self.config.ray.task_num_cpus
         # A writer task writes each block as one part file as soon as it is
         # finished: small input blocks (a few engine batches) lose little in a
         # crash.
         todo = todo.repartition(target_num_rows_per_block=4 * pool.batch_size)
+        if spec.own_actors:
+            return todo.map_batches(
+                _StageActor,
+                fn_constructor_kwargs={"stage_cls": spec.stage_cls, "kwargs": kwargs},
+                batch_format="pyarrow",
+                **pool_args(pool),
+            )
         return todo.map_batches(
-            _StageActor,
-            fn_constructor_kwargs={"stage_cls": spec.stage_cls, "kwargs": kwargs},
+            cast("Any", _light_stage),
+            fn_kwargs={
+                "run": uuid.uuid4().hex,
+                "stage_cls": spec.stage_cls,
+                "kwargs": kwargs,
+            },
             batch_format="pyarrow",
-            **pool_args(pool, light_cpus=light),
+            batch_size=pool.batch_size,
+            num_cpus=self.config.ray.task_num_cpus,
+            compute=ray.data.TaskPoolStrategy(size=pool.max_size),
         )
 
     def _count_unseen(
