@@ -339,8 +339,8 @@ class RayConfig(StrictModel):
     others (systems beside the bounds, judges side by side); false runs the
     stages one after another. Off by default until it is measured on a
     cluster: on the idle 2-core development machine it cut a two-judge job
-    by 27 % (449 -> 326 s, BENCHMARKS.md "Stage overlap"), but concurrent Ray
-    Data executions compete for few cores."""
+    by 42 % (372 -> 216 s; 194 s with ``waves: 4``; BENCHMARKS.md "Stage
+    overlap")."""
     waves: int = Field(default=1, ge=1, le=99)
     """With ``overlap``: split the records into this many waves (by a hash of
     the question id, which is the document id for generated questions) and
@@ -348,8 +348,9 @@ class RayConfig(StrictModel):
     as soon as that wave's own upstream stages are done, so judges score
     wave 1 while the generator writes wave 2 (block-level overlap); each
     stage runs its waves in order. Every wave is a Ray Data execution of its
-    own (reads, joins, actor start-up), so keep a wave at thousands of rows
-    or more on a cluster. 1: each stage runs once over all records."""
+    own (an anti-join, the stage, its writers: seconds), so keep a wave at
+    thousands of rows or more on a cluster. 1: each stage runs once over all
+    records."""
     progress: bool = True
     """Show a progress bar per stage."""
     resource_wait_s: float = Field(default=600.0, ge=0)

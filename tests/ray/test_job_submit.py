@@ -4,8 +4,9 @@ A head and two workers started with ``ray start`` on 127.0.0.1 (the workers
 advertise the ``generator``/``judge`` resources), token authentication on
 (``RAY_AUTH_MODE=token``, the token in a file of the test's own), ``ray job
 submit --working-dir`` of ``jobs/cube_eval.py`` on a small fake-engine config;
-one worker is killed with ``kill -9`` in the middle of the judge stage. The job
-(or a resubmit) completes with every row once. The cluster has its own ports
+one worker (the judge engine host's) is killed with ``kill -9`` in the middle
+of the judge stage. The job (or a resubmit) completes with every row once.
+The cluster has its own ports
 and temp dir, and only its own processes are stopped, by id (``ray stop``
 would stop every Ray on the machine).
 """
@@ -166,12 +167,14 @@ class RayProcesses:
         return list(found.values())
 
     def node_with_actor(self) -> str:
-        """The worker node running a Ray Data actor (one of the judge pool)."""
-        for name in ("w1", "w2"):
-            for proc in self.raylet(name).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if "MapWorker" in " ".join(proc.cmdline()):
-                        return name
+        """The worker node running the judge's engine host (busy scoring), else
+        one running a Ray Data actor."""
+        for mark in ("_EngineHost.score", "MapWorker"):
+            for name in ("w1", "w2"):
+                for proc in self.raylet(name).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        if mark in " ".join(proc.cmdline()):
+                            return name
         return "w2"
 
     def kill_node(self, name: str) -> None:

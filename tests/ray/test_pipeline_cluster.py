@@ -72,7 +72,9 @@ def test_routing_and_node_loss(
         generator_resources={"generator": 1},
         # The last assertion needs j2 to start after j1 (and both losses):
         # with stages side by side j2 could score rows on judge_b first.
-        ray_options={"overlap": False},
+        # Ray Data reads and joins the stage inputs (not the driver, as it
+        # would for so few rows): the node losses below must meet them.
+        ray_options={"overlap": False, "driver_source_mb": 0},
     )
     config = RunConfig.from_yaml(cfg_path)
     run_dir = tmp_path / "run"
