@@ -215,12 +215,12 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         None when its files are over ``ray.driver_source_mb`` (or missing:
         Ray Data's read then says so).
         """
-        needs = {DOCUMENTS: (DOCUMENTS,), QUESTIONS: (QUESTIONS,)}.get(
-            name,
-            (QUESTIONS, DOCUMENTS)
-            if name == "qdocs"
-            else (ANSWERS, QUESTIONS, DOCUMENTS),
-        )
+        needs = {
+            DOCUMENTS: (DOCUMENTS,),
+            QUESTIONS: (QUESTIONS,),
+            "qdocs": (QUESTIONS, DOCUMENTS),
+            ANSWERS: (ANSWERS, QUESTIONS, DOCUMENTS),
+        }[name]
         files = {t: part_files(self.table_dir(t)) for t in needs}
         size = sum(f.stat().st_size for fs in files.values() for f in fs)
         if not all(files.values()) or size > self.config.ray.driver_source_mb * 2**20:
