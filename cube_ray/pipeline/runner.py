@@ -187,7 +187,7 @@ class StageRunner:
         inputs: Dataset,
         seen: dict[str, int],
     ) -> None:
-        """Anti-join with done rows, run the stage actors, write parts.
+        """Anti-join with done rows, run the stage (tasks or actors), write parts.
 
         ``seen``: the part files this stage run has counted (name -> rows).
         """
