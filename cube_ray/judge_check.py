@@ -107,6 +107,7 @@ def _bound_rows(
     from cube_ray.stages import (
         ANSWER_HASH,
         DOC_HASH,
+        JUDGE_SOURCE,
         AnswerStage,
         QuestionStage,
         answer_inputs,
@@ -157,20 +158,7 @@ def _bound_rows(
             schema.TEXT: [texts[r[schema.DOC_ID]] for r in ok],
             DOC_HASH: [r[schema.DOC_ID] for r in ok],
         },
-        schema=pa.schema(
-            [
-                (c, pa.string())
-                for c in (
-                    schema.QUESTION_ID,
-                    schema.SYSTEM,
-                    schema.ANSWER,
-                    ANSWER_HASH,
-                    schema.QUESTION,
-                    schema.TEXT,
-                    DOC_HASH,
-                )
-            ]
-        ),
+        schema=pa.schema([(c, pa.string()) for c in JUDGE_SOURCE]),
     )
     return questions, rows
 

@@ -52,7 +52,7 @@ from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
-from cube_ray.stages import ANSWER_HASH, DOC_HASH
+from cube_ray.stages import ANSWER_HASH, DOC_HASH, JUDGE_SOURCE
 from cube_ray.systems.kinds import system_kind
 
 if TYPE_CHECKING:
@@ -118,6 +118,14 @@ def _versions() -> dict[str, str]:
             out[pkg] = importlib.metadata.version(pkg)
     out["python"] = sys.version.split()[0]
     return out
+
+
+_QUESTION_COLS = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
+_DOC_COLS = [schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH]
+_ANSWER_COLS = [schema.QUESTION_ID, schema.SYSTEM, schema.ANSWER, schema.CONTENT_HASH]
+"""Columns the stage sources read from each table; a source that joins
+documents or answers renames their ``content_hash`` (``DOC_HASH``,
+``ANSWER_HASH``)."""
 
 
 @dataclass(frozen=True)
@@ -230,51 +238,47 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
             parts = [pq.ParquetFile(f).read(columns=columns) for f in files[table]]
             return pa.concat_tables(parts, promote_options="default")
 
-        q_cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
         if name == DOCUMENTS:
             return read(DOCUMENTS)
         if name == QUESTIONS:
-            return read(QUESTIONS, q_cols)
-        docs = read(DOCUMENTS, [schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH])
-        docs = docs.rename_columns([schema.DOC_ID, schema.TEXT, DOC_HASH])
-        qdocs = read(QUESTIONS, q_cols).join(docs, schema.DOC_ID, join_type="inner")
+            return read(QUESTIONS, _QUESTION_COLS)
+        docs = read(DOCUMENTS, _DOC_COLS).rename_columns(
+            {schema.CONTENT_HASH: DOC_HASH}
+        )
+        questions = read(QUESTIONS, _QUESTION_COLS)
+        qdocs = questions.join(docs, schema.DOC_ID, join_type="inner")
         if name == "qdocs":
             return qdocs
-        cols = [schema.QUESTION_ID, schema.SYSTEM, schema.ANSWER, schema.CONTENT_HASH]
-        answers = read(ANSWERS, cols).rename_columns([*cols[:-1], ANSWER_HASH])
-        return answers.join(
+        answers = read(ANSWERS, _ANSWER_COLS).rename_columns(
+            {schema.CONTENT_HASH: ANSWER_HASH}
+        )
+        joined = answers.join(
             qdocs.drop_columns([schema.DOC_ID]), schema.QUESTION_ID, join_type="inner"
         )
+        return joined.select(list(JUDGE_SOURCE))
 
     def _source(self, name: str) -> tuple[Dataset, int]:
         """A source table of stage inputs and its row count (Ray Data reads)."""
-        q_cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
         if name == DOCUMENTS:
             return self.read(DOCUMENTS), self.n_docs
         if name == QUESTIONS:
-            return self.read(QUESTIONS, columns=q_cols), self.n_questions
+            return self.read(QUESTIONS, columns=_QUESTION_COLS), self.n_questions
         if name == "qdocs":
-            return self._qdocs(q_cols), self.n_questions
+            return self._qdocs(), self.n_questions
         n_answers = _rows_in(part_files(self.table_dir(ANSWERS)))
-        answers = self.read(
-            ANSWERS,
-            columns=[
-                schema.QUESTION_ID,
-                schema.SYSTEM,
-                schema.ANSWER,
-                schema.CONTENT_HASH,
-            ],
-        ).rename_columns({schema.CONTENT_HASH: ANSWER_HASH})
-        qdocs = self._qdocs(q_cols).drop_columns([schema.DOC_ID])
+        answers = self.read(ANSWERS, columns=_ANSWER_COLS).rename_columns(
+            {schema.CONTENT_HASH: ANSWER_HASH}
+        )
+        qdocs = self._qdocs().drop_columns([schema.DOC_ID])
         joined = self.join(answers, qdocs, "inner", (schema.QUESTION_ID,), n_answers)
         return joined, n_answers
 
-    def _qdocs(self, question_cols: list[str]) -> Dataset:
+    def _qdocs(self) -> Dataset:
         """Questions joined with their gold documents' text and hash."""
-        questions = self.read(QUESTIONS, columns=question_cols)
-        docs = self.read(
-            DOCUMENTS, columns=[schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH]
-        ).rename_columns({schema.CONTENT_HASH: DOC_HASH})
+        questions = self.read(QUESTIONS, columns=_QUESTION_COLS)
+        docs = self.read(DOCUMENTS, columns=_DOC_COLS).rename_columns(
+            {schema.CONTENT_HASH: DOC_HASH}
+        )
         return self.join(
             questions, docs, "inner", (schema.DOC_ID,), self.n_docs + self.n_questions
         )

@@ -16,6 +16,7 @@ from cube_ray.stages.generate import (
 from cube_ray.stages.inputs import (
     ANSWER_HASH,
     DOC_HASH,
+    JUDGE_SOURCE,
     KEYS,
     answer_inputs,
     judge_inputs,
@@ -30,6 +31,7 @@ __all__ = [
     "ANSWER_HASH",
     "DOC_HASH",
     "INPUT_HASH",
+    "JUDGE_SOURCE",
     "KEYS",
     "NODE_ID",
     "QUESTIONS_OUT_SCHEMA",

@@ -22,6 +22,7 @@ from cube_ray.stages._base import INPUT_HASH
 __all__ = [
     "ANSWER_HASH",
     "DOC_HASH",
+    "JUDGE_SOURCE",
     "KEYS",
     "answer_inputs",
     "judge_inputs",
@@ -33,6 +34,17 @@ DOC_HASH = "_doc_hash"
 """Internal column: the gold document's content hash, carried through joins."""
 ANSWER_HASH = "_answer_hash"
 """Internal column: the answer row's own input hash, carried into the judge."""
+
+JUDGE_SOURCE: tuple[str, ...] = (
+    schema.QUESTION_ID,
+    schema.SYSTEM,
+    schema.ANSWER,
+    ANSWER_HASH,
+    schema.QUESTION,
+    schema.TEXT,
+    DOC_HASH,
+)
+"""Columns of the answers joined with questions and documents (``judge_inputs``)."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "questions": (schema.QUESTION_ID,),
@@ -136,8 +148,7 @@ def judge_inputs(
     prompt prefix of all of them (prefix caching).
 
     Args:
-        joined: Columns question_id, system, answer, ``_answer_hash``, question,
-            text, ``_doc_hash``.
+        joined: Columns ``JUDGE_SOURCE``.
         judge: The judge's name.
         fingerprints: Dimension -> hash of (judge engine config, template, rubric).
         dimensions: Dimension names in configured order.
