@@ -43,6 +43,7 @@ _INFRA_ERRORS = (
 )
 # The last ``ray.exceptions.X: message`` line of a traceback text.
 _RAY_ERROR_LINE = re.compile(r"^\s*ray\.exceptions\.(\w+): ?(.*)$", re.MULTILINE)
+_DIRECT_CAUSE = "The above exception was the direct cause of the following exception:"
 
 
 def _infra_from_text(text: str) -> tuple[str, str] | None:
@@ -63,9 +64,28 @@ def _infra_from_text(text: str) -> tuple[str, str] | None:
     ...     "ray.exceptions.ActorDiedError: The actor died because of an error"
     ...     " raised in its creation task"
     ... )
+
+    A stage's function that lost the engine host it called (its node died
+    mid-call) fails as a ``UserCodeException`` *caused by* the lost actor:
+    that is Ray's failure, not the stage's code.
+
+    >>> _infra_from_text(
+    ...     "ray.exceptions.ActorUnavailableError: The actor 1d is unavailable\n\n"
+    ...     + _DIRECT_CAUSE
+    ...     + "\n\nray.exceptions.UserCodeException: UDF failed to process a block."
+    ... )
+    ('ActorUnavailableError', 'The actor 1d is unavailable')
+    >>> _infra_from_text(
+    ...     "ValueError: bad row\n\n" + _DIRECT_CAUSE
+    ...     + "\n\nray.exceptions.UserCodeException: UDF failed to process a block."
+    ... )
     """
-    if "UserCodeException" in text or "raised in its creation task" in text:
+    if "raised in its creation task" in text:
         return None
+    if "UserCodeException" in text:
+        if _DIRECT_CAUSE not in text:
+            return None
+        return _infra_from_text(text.rsplit(_DIRECT_CAUSE, 1)[0])
     found = _RAY_ERROR_LINE.findall(text)
     if not found or found[-1][0] not in _INFRA_ERRORS:
         return None
@@ -79,7 +99,8 @@ def _infra_failure(exc: BaseException) -> tuple[str, str] | None:
     Ray Data wraps such errors (``SystemException``, ``RayTaskError``), so
     the whole cause chain is searched, and the text of an error Ray could not
     unpickle is read. A user-code error or a failed actor constructor never
-    counts: the same rows would fail again.
+    counts: the same rows would fail again. A stage function's error counts
+    only when a lost actor caused it (an engine call whose host's node died).
     """
     import ray.exceptions as rex
 
@@ -93,8 +114,9 @@ def _infra_failure(exc: BaseException) -> tuple[str, str] | None:
         if isinstance(cur, kinds):
             text = str(cur).strip()
             return type(cur).__name__, text.splitlines()[0] if text else ""
-        if type(cur).__name__ == "UserCodeException":
-            return None
+        if isinstance(cur, rex.UserCodeException):
+            # Ray keeps the UDF's own error only in the remote traceback text.
+            return _infra_from_text(str(cur))
         if isinstance(cur, rex.UnserializableException):
             return _infra_from_text(str(cur))
         # A RayTaskError that could not take its cause's class keeps it here.

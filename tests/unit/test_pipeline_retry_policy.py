@@ -211,3 +211,47 @@ def test_an_unpicklable_lost_node_error_is_recognised_from_its_text() -> None:
     assert not pipeline._is_infra_failure(ray.exceptions.UnserializableException(user))
     other = "ray.exceptions.RayTaskError: ray::Map()\nValueError: bad row\n"
     assert not pipeline._is_infra_failure(ray.exceptions.UnserializableException(other))
+
+
+# What CI saw when a judge node died while a light stage's Ray task waited on
+# the engine pool: Ray Data reports a UserCodeException caused by the lost actor.
+_LIGHT_STAGE_TRACEBACK = """\
+ray::MapBatches(_light_stage)->MapBatches(_write_part)() (pid=25928, ip=192.0.2.2)
+  File "cube_ray/pipeline/engine_pool.py", line 273, in _call
+    out, node = ray.get(self._dispatcher.call.remote(method, list(prompts), arg))
+ray.exceptions.ActorUnavailableError: The actor 1d8156aa431a5f28c57ec90e01000000 \
+is unavailable: The actor is temporarily unavailable: RpcError: RPC error: Socket \
+closed rpc_code: 14. The task may or may not have been executed on the actor.
+
+The above exception was the direct cause of the following exception:
+
+ray::MapBatches(_light_stage)->MapBatches(_write_part)() (pid=25928, ip=192.0.2.2)
+ray.exceptions.UserCodeException: UDF failed to process a data block.
+Failed to apply UDF transform after 1/1 attempts (total backoff 0.0s).
+"""
+
+
+def test_a_stage_function_that_lost_its_engine_host_is_a_ray_failure() -> None:
+    import ray.exceptions
+
+    def raised(text: str) -> BaseException:
+        cause = ray.exceptions.UserCodeException("UDF failed to process a data block.")
+        err = ray.exceptions.RayTaskError("MapBatches", text, cause)
+        return err.as_instanceof_cause()
+
+    lost = raised(_LIGHT_STAGE_TRACEBACK)
+    assert isinstance(lost, ray.exceptions.UserCodeException)
+    assert pipeline._is_infra_failure(lost)
+    assert pipeline._infra_reason(lost).startswith(
+        "lost a Ray worker or node (ActorUnavailableError: The actor 1d8156aa"
+    )
+    # The same wrapper around the stage's own error is not retried.
+    own = _LIGHT_STAGE_TRACEBACK.replace(
+        "ray.exceptions.ActorUnavailableError", "KeyError"
+    )
+    assert not pipeline._is_infra_failure(raised(own))
+    # Nor one whose actor failed in its constructor.
+    ctor = _LIGHT_STAGE_TRACEBACK.replace(
+        "is unavailable:", "died because of an error raised in its creation task:"
+    )
+    assert not pipeline._is_infra_failure(raised(ctor))
