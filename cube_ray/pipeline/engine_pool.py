@@ -12,7 +12,9 @@ the whole job instead of each loading the model. A pool is:
 * one *dispatcher*: an async actor (no CPU) on the driver's node that hands
   each batch to the least loaded host, adds a host while every host has
   ``max_tasks_in_flight_per_actor`` batches and fewer than ``max_size``
-  exist, and adds up the time spent inside engine calls.
+  exist, and adds up the time spent inside engine calls. Prompts and results
+  pass it by reference (Ray object refs): it never holds a batch, so one
+  dispatcher keeps up with many hosts.
 
 Stages (light Ray tasks of ``ray.task_num_cpus``, or a system's actors)
 reach the pool through a :class:`RemoteEngine`, which has the
@@ -90,9 +92,10 @@ def engine_id(config: Any) -> str:
 
 # --- in the engine host actor -----------------------------------------------------
 
-_Served = tuple[Any, str, float, tuple[str, float]]
-"""What a host returns: results, its node, seconds in the engine call, and the
-(id, seconds) of the start-up that served it."""
+_Served = tuple[Any, tuple[str, float, tuple[str, float]]]
+"""What a host returns, as two objects (``num_returns=2``): the results, and
+its node, the seconds in the engine call and the (id, seconds) of the start-up
+that served it. The dispatcher waits for the second only."""
 
 
 class _EngineHost:
@@ -121,7 +124,7 @@ class _EngineHost:
     def _timed(self, call: Any, *args: Any, **kwargs: Any) -> _Served:
         start = time.perf_counter()
         out = call(*args, **kwargs)
-        return out, self._node, time.perf_counter() - start, self._startup
+        return out, (self._node, time.perf_counter() - start, self._startup)
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> _Served:
         return self._timed(self._engine.generate, prompts, sampling=sampling)
@@ -193,8 +196,13 @@ class _Dispatcher:
             host.load -= 1
             self._freed.notify()
 
-    async def call(self, method: str, prompts: list[Any], arg: Any) -> tuple[Any, str]:
+    async def call(
+        self, method: str, prompts: list[Any], arg: Any
+    ) -> tuple[list[Any], str]:
         """Run ``generate``/``score``/``judge_items`` on a host: result and node.
+
+        ``prompts`` is ``[ref]``, the ref of the batch (a ref in a list reaches
+        here unresolved); the result comes back as ``[ref]`` too.
 
         A host whose node was just lost answers ``ActorUnavailableError`` while
         Ray restarts it elsewhere; an engine call has no side effect, so the
@@ -206,9 +214,12 @@ class _Dispatcher:
         for attempt in range(HOST_UNAVAILABLE_RETRIES + 1):
             host = await self._acquire()
             try:
-                out, node, busy, (startup_id, startup_s) = await getattr(
-                    host.handle, method
-                ).remote(prompts, arg)
+                out, served = (
+                    getattr(host.handle, method)
+                    .options(num_returns=2)
+                    .remote(prompts[0], arg)
+                )
+                node, busy, (startup_id, startup_s) = await served
             except ray.exceptions.ActorUnavailableError:
                 if attempt == HOST_UNAVAILABLE_RETRIES:
                     raise
@@ -220,7 +231,7 @@ class _Dispatcher:
         self._startups[startup_id] = startup_s
         self._busy_s += busy
         self._calls += 1
-        return out, node
+        return [out], node
 
     async def hosts(self) -> list[Any]:
         """The engine host actors (diagnostics, tests)."""
@@ -270,9 +281,10 @@ class RemoteEngine:
     def _call(self, method: str, prompts: Sequence[Any], arg: Any) -> Any:
         import ray
 
-        out, node = ray.get(self._dispatcher.call.remote(method, list(prompts), arg))
+        batch = [ray.put(list(prompts))]
+        out, node = ray.get(self._dispatcher.call.remote(method, batch, arg))
         _SERVED_BY.append(node)
-        return out
+        return ray.get(out[0])
 
     def generate(
         self, prompts: Sequence[str], *, sampling: SamplingParams

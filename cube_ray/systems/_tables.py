@@ -7,8 +7,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from cube_ray.errors import InputError
 
 __all__ = ["as_text", "parse_doc_ids", "read_rows", "require_columns"]
@@ -38,6 +36,8 @@ def read_rows(
     Raises:
         InputError: If the file is missing, has an unknown suffix or cannot be parsed.
     """
+    import polars as pl  # not in every Ray worker that imports the configs
+
     p = Path(path)
     if not p.exists():
         msg = f"{what} not found; check the path in your config"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from cube_ray import schema
 from cube_ray.errors import InputError
 from cube_ray.systems._tables import as_text, read_rows, require_columns
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "DOC_ID_FIELDS",
@@ -27,12 +29,12 @@ ID_FIELDS: tuple[str, ...] = ("question_id", "query_id", "qid", "id")
 REFERENCE_ANSWER_FIELDS: tuple[str, ...] = ("reference_answer", "answer")
 """Columns tried, in order, for a reference answer when none is named."""
 
-_OUT_SCHEMA = {
-    schema.QUESTION_ID: pl.String,
-    schema.DOC_ID: pl.String,
-    schema.QUESTION: pl.String,
-    schema.REFERENCE_ANSWER: pl.String,
-}
+_OUT_COLUMNS = (
+    schema.QUESTION_ID,
+    schema.DOC_ID,
+    schema.QUESTION,
+    schema.REFERENCE_ANSWER,
+)
 
 
 def question_id_for(doc_id: str, question: str) -> str:
@@ -86,6 +88,8 @@ def load_question_file(
         InputError: Naming file, row and field: missing column, empty question or
             doc id, duplicate question id, gold doc id not in the corpus.
     """
+    import polars as pl  # not in every Ray worker that imports the configs
+
     where = str(path)
     what = "question file"
     columns, rows = read_rows(path, what=what)
@@ -107,7 +111,7 @@ def load_question_file(
 
     known = set(known_doc_ids) if known_doc_ids is not None else None
     seen: dict[str, int] = {}
-    out: dict[str, list[str | None]] = {name: [] for name in _OUT_SCHEMA}
+    out: dict[str, list[str | None]] = {name: [] for name in _OUT_COLUMNS}
     for i, row in enumerate(rows):
         question = as_text(
             row.get(question_field), path=where, row=i, field=question_field
@@ -152,4 +156,4 @@ def load_question_file(
     if not seen:
         msg = f"{what} has no rows; it needs one question per line/row"
         raise InputError(msg, path=where)
-    return pl.DataFrame(out, schema=_OUT_SCHEMA)
+    return pl.DataFrame(out, schema=dict.fromkeys(_OUT_COLUMNS, pl.String))
