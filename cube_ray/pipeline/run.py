@@ -335,6 +335,16 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         return float(cluster.get("CPU", 0.0)) - hosts
 
 
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+"""Environment of the run's Ray workers, unless the user's environment sets it.
+
+Arrow's default allocator (mimalloc) keeps the memory a task freed until that
+process allocates again, so Ray's pooled worker processes, idle between tasks,
+held the peak of their last join or read: at 1M records, six idle workers held
+2.9 GB (BENCHMARKS.md, "Pipeline scale"). The system allocator hands it back.
+"""
+
+
 def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     """Connect to (or start) Ray as a run would; True when the caller owns it.
 
@@ -346,13 +356,21 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or config.ray.address
+    workers_env = {k: v for k, v in WORKER_ENV.items() if k not in os.environ}
     if address and address != "local":
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=True,
+            runtime_env={"env_vars": workers_env} if workers_env else None,
+        )
     else:
         # Ray runs its workers at niceness 15 by default; here they hold the
         # engines, the run's main work, and any other process on a shared
-        # laptop would starve them. Read by the raylet this call starts.
+        # laptop would starve them. Read by the raylet this call starts,
+        # whose workers inherit this process's environment.
         os.environ.setdefault("RAY_worker_niceness", "0")
+        os.environ.update(workers_env)
         ray.init(
             address="local",
             num_cpus=config.ray.num_cpus,
