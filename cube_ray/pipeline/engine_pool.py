@@ -9,12 +9,11 @@ the whole job instead of each loading the model. A pool is:
   ``resources`` routing holds), restarted by Ray on another node when theirs
   is lost (``max_restarts=-1``), the batch they were serving retried there
   (``max_task_retries=-1``);
-* one *dispatcher*: an async actor (no CPU) on the driver's node that hands
-  each batch to the least loaded host, adds a host while every host has
-  ``max_tasks_in_flight_per_actor`` batches and fewer than ``max_size``
-  exist, and adds up the time spent inside engine calls. Prompts and results
-  pass it by reference (Ray object refs): it never holds a batch, so one
-  dispatcher keeps up with many hosts.
+* one *dispatcher*: an async actor (no CPU) on the driver's node that
+  assigns each batch the least loaded host, adds a host while every host is
+  busy and fewer than ``max_size`` exist, and adds up the time spent inside
+  engine calls. The caller sends the batch to the host itself: batches and
+  results never pass through the dispatcher, so it holds nothing.
 
 Stages (light Ray tasks of ``ray.task_num_cpus``, or a system's actors)
 reach the pool through a :class:`RemoteEngine`, which has the
@@ -25,7 +24,6 @@ docs/pipeline.md says why this design.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import threading
@@ -92,10 +90,9 @@ def engine_id(config: Any) -> str:
 
 # --- in the engine host actor -----------------------------------------------------
 
-_Served = tuple[Any, tuple[str, float, tuple[str, float]]]
-"""What a host returns, as two objects (``num_returns=2``): the results, and
-its node, the seconds in the engine call and the (id, seconds) of the start-up
-that served it. The dispatcher waits for the second only."""
+_Served = tuple[Any, str, float, tuple[str, float]]
+"""What a host returns: results, its node, seconds in the engine call, and the
+(id, seconds) of the start-up that served it."""
 
 
 class _EngineHost:
@@ -124,7 +121,7 @@ class _EngineHost:
     def _timed(self, call: Any, *args: Any, **kwargs: Any) -> _Served:
         start = time.perf_counter()
         out = call(*args, **kwargs)
-        return out, (self._node, time.perf_counter() - start, self._startup)
+        return out, self._node, time.perf_counter() - start, self._startup
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> _Served:
         return self._timed(self._engine.generate, prompts, sampling=sampling)
@@ -147,7 +144,17 @@ class _Host:
 
 
 class _Dispatcher:
-    """Hands batches to the least loaded host; grows the pool while all are busy."""
+    """Assigns each batch the least loaded host; grows the pool while all are busy.
+
+    It is told of each batch twice: when a caller asks for a host
+    (:meth:`assign`) and when the call is over (:meth:`done`, with the seconds
+    spent in the engine). Batches and results never pass through it: a
+    dispatcher that made the engine calls itself kept about 40 KB per call
+    (Ray held every result it had relayed; BENCHMARKS.md, "Pipeline scale").
+    It never waits: a host's own queue holds what it cannot serve yet, so a
+    caller lost with its node leaves at most a load count too high, which only
+    skews the balance.
+    """
 
     def __init__(
         self, config: Any, *, host_options: dict[str, Any], pool: dict[str, int]
@@ -156,13 +163,11 @@ class _Dispatcher:
         self._options = host_options
         self._min = pool["min_size"]
         self._max = pool["max_size"]
-        self._depth = pool["max_tasks_in_flight_per_actor"]
         self._hosts: list[_Host] = []
         self._busy_s = 0.0
         self._calls = 0
         self._startups: dict[str, float] = {}
         """Every start-up of a host seen (id -> seconds), restarts included."""
-        self._freed: asyncio.Condition | None = None
         for _ in range(self._min):
             self._add_host()
 
@@ -176,62 +181,32 @@ class _Dispatcher:
         self._hosts.append(host)
         return host
 
-    async def _acquire(self) -> _Host:
-        """An idle host; else a new one (below ``max_size``); else the least loaded."""
-        if self._freed is None:
-            self._freed = asyncio.Condition()
-        async with self._freed:
-            while True:
-                host = min(self._hosts, key=lambda h: h.load)
-                if host.load and len(self._hosts) < self._max:
-                    host = self._add_host()
-                if host.load < self._depth:
-                    host.load += 1
-                    return host
-                await self._freed.wait()
+    async def assign(self) -> tuple[int, Any]:
+        """A host for one batch: its index and handle.
 
-    async def _release(self, host: _Host) -> None:
-        assert self._freed is not None
-        async with self._freed:
-            host.load -= 1
-            self._freed.notify()
-
-    async def call(
-        self, method: str, prompts: list[Any], arg: Any
-    ) -> tuple[list[Any], str]:
-        """Run ``generate``/``score``/``judge_items`` on a host: result and node.
-
-        ``prompts`` is ``[ref]``, the ref of the batch (a ref in a list reaches
-        here unresolved); the result comes back as ``[ref]`` too.
-
-        A host whose node was just lost answers ``ActorUnavailableError`` while
-        Ray restarts it elsewhere; an engine call has no side effect, so the
-        batch is sent again (up to ``HOST_UNAVAILABLE_RETRIES`` times, waiting
-        1, 2, 4, 8, then 10 s) instead of failing the stage.
+        An idle host; else a new one (below ``max_size``); else the least
+        loaded, which queues the batch.
         """
-        import ray.exceptions
+        i = min(range(len(self._hosts)), key=lambda k: self._hosts[k].load)
+        if self._hosts[i].load and len(self._hosts) < self._max:
+            self._add_host()
+            i = len(self._hosts) - 1
+        self._hosts[i].load += 1
+        return i, self._hosts[i].handle
 
-        for attempt in range(HOST_UNAVAILABLE_RETRIES + 1):
-            host = await self._acquire()
-            try:
-                out, served = (
-                    getattr(host.handle, method)
-                    .options(num_returns=2)
-                    .remote(prompts[0], arg)
-                )
-                node, busy, (startup_id, startup_s) = await served
-            except ray.exceptions.ActorUnavailableError:
-                if attempt == HOST_UNAVAILABLE_RETRIES:
-                    raise
-                await asyncio.sleep(min(2.0**attempt, 10.0))
-                continue
-            finally:
-                await self._release(host)
-            break
-        self._startups[startup_id] = startup_s
-        self._busy_s += busy
-        self._calls += 1
-        return [out], node
+    async def done(self, index: int, served: tuple[float, str, float] | None) -> None:
+        """A batch on host ``index`` is over.
+
+        ``served`` is (engine seconds, start-up id, start-up seconds) when the
+        engine answered.
+        """
+        host = self._hosts[index]
+        host.load = max(0, host.load - 1)
+        if served is not None:
+            busy, startup_id, startup_s = served
+            self._startups[startup_id] = startup_s
+            self._busy_s += busy
+            self._calls += 1
 
     async def hosts(self) -> list[Any]:
         """The engine host actors (diagnostics, tests)."""
@@ -279,12 +254,35 @@ class RemoteEngine:
         self.name = name
 
     def _call(self, method: str, prompts: Sequence[Any], arg: Any) -> Any:
-        import ray
+        """Run ``generate``/``score``/``judge_items`` on the host assigned.
 
-        batch = [ray.put(list(prompts))]
-        out, node = ray.get(self._dispatcher.call.remote(method, batch, arg))
-        _SERVED_BY.append(node)
-        return ray.get(out[0])
+        A host whose node was just lost answers ``ActorUnavailableError`` while
+        Ray restarts it elsewhere; an engine call has no side effect, so the
+        batch is sent again (up to ``HOST_UNAVAILABLE_RETRIES`` times, waiting
+        1, 2, 4, 8, then 10 s) instead of failing the stage.
+        """
+        import ray
+        import ray.exceptions
+
+        batch = list(prompts)
+        for attempt in range(HOST_UNAVAILABLE_RETRIES + 1):
+            index, host = ray.get(self._dispatcher.assign.remote())
+            served: tuple[float, str, float] | None = None
+            try:
+                out, node, busy, (startup_id, startup_s) = ray.get(
+                    getattr(host, method).remote(batch, arg)
+                )
+                served = (busy, startup_id, startup_s)
+            except ray.exceptions.ActorUnavailableError:
+                if attempt == HOST_UNAVAILABLE_RETRIES:
+                    raise
+                time.sleep(min(2.0**attempt, 10.0))
+                continue
+            finally:
+                ray.get(self._dispatcher.done.remote(index, served))
+            _SERVED_BY.append(node)
+            return out
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def generate(
         self, prompts: Sequence[str], *, sampling: SamplingParams
@@ -400,11 +398,7 @@ def _start_dispatcher(config: Any) -> Any:
     here = NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=True
     )
-    sizes = {
-        "min_size": pool.min_size,
-        "max_size": pool.max_size,
-        "max_tasks_in_flight_per_actor": pool.max_tasks_in_flight_per_actor,
-    }
+    sizes = {"min_size": pool.min_size, "max_size": pool.max_size}
     return (
         ray.remote(_Dispatcher)
         .options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=here)
