@@ -7,6 +7,9 @@
    others when ``ray.overlap`` is on, once per wave of the records with
    ``ray.waves``; engines are shared per distinct engine (``engine_pool``);
 3. ``summary.json`` (``cube_ray.aggregate``), ``manifest.json`` and the report.
+
+Size: about 620 lines; the driver's source building is kept beside the run it
+serves (the other concerns live in the package's other modules).
 """
 
 from __future__ import annotations
@@ -341,7 +344,9 @@ WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 Arrow's default allocator (mimalloc) keeps the memory a task freed until that
 process allocates again, so Ray's pooled worker processes, idle between tasks,
 held the peak of their last join or read: at 1M records, six idle workers held
-2.9 GB (BENCHMARKS.md, "Pipeline scale"). The system allocator hands it back.
+2.9 GB. The system allocator hands most of a large free back (546 MB kept of
+2.7 GB, against mimalloc's 3.3 GB), though at 1M idle workers still held
+3.2 GB (BENCHMARKS.md, "Pipeline scale": glibc's own thresholds, not yet set).
 """
 
 
