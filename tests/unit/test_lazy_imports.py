@@ -51,6 +51,8 @@ def test_stage_workers_load_no_polars_or_scipy() -> None:
         "from cube_ray.aggregate import summarize, rank_scores\n"
         "assert summarize.__module__ == 'cube_ray.aggregate._summary'\n"
         "assert a.rank_scores is rank_scores and 'polars' in sys.modules\n"
+        "assert sorted(a._HOME) == sorted(a.__all__)\n"
+        "assert all(getattr(a, n) is not None for n in a.__all__)\n"
         "try:\n    a.nothing\nexcept AttributeError as e:\n    print(e)\n"
     )
     result = subprocess.run(
