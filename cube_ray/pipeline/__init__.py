@@ -15,6 +15,7 @@ every judge on every dimension, then ``summary.json``, the report and
 | ``data`` | Ray Data reads, joins, light maps, part-file writer tasks |
 | ``engine_pool`` | one long-lived engine pool per distinct engine, shared by stages |
 | ``schedule`` | walking the graph: stages overlap where the method allows |
+| ``heap`` | what workers' allocators give back after a task (their environment) |
 | ``intake`` | corpus, question file, QA files, checked before anything runs |
 | ``run`` | ``run_pipeline`` and ``manifest.json`` |
 

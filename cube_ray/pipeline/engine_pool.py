@@ -42,6 +42,7 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
+from cube_ray.pipeline import heap
 
 __all__ = [
     "EnginePools",
@@ -395,6 +396,9 @@ def _start_dispatcher(config: Any) -> Any:
         host_options["num_gpus"] = pool.num_gpus
     if pool.resources:
         host_options["resources"] = dict(pool.resources)
+    env = heap.engine_env()  # an engine keeps glibc's own heap thresholds
+    if env:
+        host_options["runtime_env"] = {"env_vars": env}
     here = NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=True
     )

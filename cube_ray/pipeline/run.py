@@ -37,6 +37,7 @@ from cube_ray.config import RunConfig
 from cube_ray.console import console, quiet_console
 from cube_ray.env import prompt_key
 from cube_ray.errors import CubeRayError, ResourceWaitError
+from cube_ray.pipeline import heap
 from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps, rows_in_wave
 from cube_ray.pipeline.engine_pool import EnginePools, engine_id
@@ -338,18 +339,6 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         return float(cluster.get("CPU", 0.0)) - hosts
 
 
-WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
-"""Environment of the run's Ray workers, unless the user's environment sets it.
-
-Arrow's default allocator (mimalloc) keeps the memory a task freed until that
-process allocates again, so Ray's pooled worker processes, idle between tasks,
-held the peak of their last join or read: at 1M records, six idle workers held
-2.9 GB. The system allocator hands most of a large free back (546 MB kept of
-2.7 GB, against mimalloc's 3.3 GB), though at 1M idle workers still held
-3.2 GB (BENCHMARKS.md, "Pipeline scale": glibc's own thresholds, not yet set).
-"""
-
-
 def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     """Connect to (or start) Ray as a run would; True when the caller owns it.
 
@@ -361,7 +350,7 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or config.ray.address
-    workers_env = {k: v for k, v in WORKER_ENV.items() if k not in os.environ}
+    workers_env = heap.workers_env()  # what each worker's allocators give back
     if address and address != "local":
         ray.init(
             address=address,

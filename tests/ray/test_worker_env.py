@@ -1,5 +1,7 @@
-"""The run's Ray workers free what Arrow freed (``WORKER_ENV``), unless the user
-chose an allocator: on a local Ray the run starts, checked in a fresh process."""
+"""The run's Ray workers hand back what a task freed (``heap.WORKER_ENV``: Arrow's
+system allocator, fixed glibc thresholds), engine hosts keep glibc's own
+thresholds, and a user's choice wins: on a local Ray the run starts, checked
+in a fresh process (glibc reads its settings when a process starts)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cube_ray.pipeline.heap import WORKER_ENV
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
 pytestmark = [pytest.mark.ray]
@@ -18,33 +21,72 @@ _CHILD = """
 import sys
 import ray
 from cube_ray.config import RunConfig
+from cube_ray.engines.config import FakeEngineConfig, PoolConfig
 from cube_ray.pipeline import connect_ray
+from cube_ray.pipeline.engine_pool import EnginePools
+
+def malloc_env():
+    with open("/proc/self/environ", "rb") as fh:  # the environment at exec
+        pairs = [x.decode() for x in fh.read().split(b"\\0")]
+    return sorted(p for p in pairs if p.startswith("MALLOC_"))
 
 assert connect_ray(RunConfig.from_yaml(sys.argv[1]))
 
 @ray.remote(num_cpus=0.1)
-def backend() -> str:
+def worker():
     import pyarrow as pa
-    return pa.default_memory_pool().backend_name
+    return pa.default_memory_pool().backend_name, malloc_env()
 
-print("backend", ray.get(backend.remote()))
+backend, env = ray.get(worker.remote())
+print("backend", backend)
+print("worker", ",".join(env))
+pools = EnginePools()
+config = FakeEngineConfig(name="gen", pool=PoolConfig(num_cpus=0.1))
+pools.factory([config], stage="questions")
+[(dispatcher, _, _)] = pools._pools.values()
+[host] = ray.get(dispatcher.hosts.remote())
+print("engine", ",".join(ray.get(host.__ray_call__.remote(lambda _: malloc_env()))))
+pools.close()
 ray.shutdown()
 """
+
+_OURS = ",".join(
+    f"{k}={v}" for k, v in sorted(WORKER_ENV.items()) if k.startswith("MALLOC_")
+)
+_ENGINE = f"MALLOC_MMAP_THRESHOLD_={32 * 2**20},MALLOC_TRIM_THRESHOLD_={64 * 2**20}"
+_USER = "MALLOC_MMAP_THRESHOLD_=65536"
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    ("chosen", "expected"), [(None, "system"), ("jemalloc", "jemalloc")]
+    ("chosen", "expected"),
+    [
+        ({}, ("system", _OURS, _ENGINE)),
+        (
+            {
+                "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+                "MALLOC_MMAP_THRESHOLD_": "65536",
+            },
+            (
+                "jemalloc",
+                f"{_USER},MALLOC_TRIM_THRESHOLD_={4 * 2**20}",
+                f"{_USER},MALLOC_TRIM_THRESHOLD_={64 * 2**20}",
+            ),
+        ),
+    ],
+    ids=["run-defaults", "user-choice"],
 )
-def test_workers_use_the_system_allocator_unless_the_user_chose(
-    tmp_path: Path, chosen: str | None, expected: str
+def test_workers_and_engines_get_their_allocator_settings(
+    tmp_path: Path, chosen: dict[str, str], expected: tuple[str, str, str]
 ) -> None:
     corpus, ids = make_corpus(tmp_path, 3)
     cfg = fake_config(tmp_path, corpus, make_qa_file(tmp_path, ids))
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    env.pop("RAY_ADDRESS", None)
-    if chosen:
-        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in WORKER_ENV and k != "RAY_ADDRESS"
+    }
+    env.update(chosen)
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(cfg)],
         env=env,
@@ -54,4 +96,7 @@ def test_workers_use_the_system_allocator_unless_the_user_chose(
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert f"backend {expected}" in out.stdout
+    backend, worker, engine = expected
+    assert f"backend {backend}\n" in out.stdout
+    assert f"worker {worker}\n" in out.stdout
+    assert f"engine {engine}\n" in out.stdout
