@@ -12,13 +12,14 @@ scale"). Two allocators are at work in them:
   up to 32 MiB), and a freed block in the middle of the heap stays resident.
   A fixed threshold (``MALLOC_MMAP_THRESHOLD_``) gives every block of 2 MiB or
   more its own mapping, which ``free`` unmaps. After a Ray Data join of
-  1.2 M rows, idle workers held about 190-205 MB each with glibc's defaults
+  1.2 M rows, idle workers held about 180-210 MB each with glibc's defaults
   and about 124 MB with these settings (a fresh worker: about 120 MB), in the
   same wall time (``benchmarks/idle_worker_heap.py``).
 
 Engine hosts keep glibc's default behaviour (``engine_env``): an inference
 engine on CPU frees and allocates activations of many MiB at every step, which
-the rising threshold keeps on the heap instead of mapping them each time.
+the rising threshold keeps on the heap instead of mapping them each time (a
+reason, not a measurement: no engine was timed both ways).
 """
 
 from __future__ import annotations
