@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,6 +64,50 @@ def _env(values: dict[str, str]) -> Iterator[None]:
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+_LISTING_SIGNALER = re.compile(r"pool-\d+/completion-signaler")
+
+
+def _quiet_listing_race() -> None:
+    """Drop the one harmless thread exception of Ray Data's file listing.
+
+    Ray 2.60's ``read_parquet`` lists the files in the calling process with
+    ``parallel_process_work_stealing``. Its ``pool-<n>/completion-signaler``
+    thread puts the workers' stop sentinels after the consumer has received
+    the last file and may already have shut the pool down; the put then
+    raises ``InterruptedError`` in that thread. The listing is complete at
+    that point, so nothing is lost, but the default hook prints a traceback
+    on the console (and pytest fails the test it happens in: once in a CI
+    run of this project). Installed once per process; every other thread
+    exception goes to the hook that was there before.
+
+    >>> import threading
+    >>> seen = []
+    >>> threading.excepthook, before = seen.append, threading.excepthook
+    >>> _quiet_listing_race(); _quiet_listing_race()
+    >>> for name, exc in [("pool-3/completion-signaler", InterruptedError),
+    ...                   ("pool-3/worker", InterruptedError),
+    ...                   ("pool-3/completion-signaler", ValueError)]:
+    ...     def fail(exc=exc): raise exc()
+    ...     t = threading.Thread(target=fail, name=name); t.start(); t.join()
+    >>> for a in seen: print(a.thread.name, a.exc_type.__name__)
+    pool-3/worker InterruptedError
+    pool-3/completion-signaler ValueError
+    >>> threading.excepthook = before
+    """
+    current = threading.excepthook
+    if getattr(current, "_cube_ray_listing", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else ""
+        if args.exc_type is InterruptedError and _LISTING_SIGNALER.fullmatch(name):
+            return
+        current(args)
+
+    hook._cube_ray_listing = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def wave_of(ids: list[str], waves: int) -> list[int]:
@@ -217,6 +263,7 @@ class DataOps:
             FOOTER_ACTORS_ENV: str(self.config.ray.footer_readers),
             READ_UNIT_ENV: str(self.config.ray.read_unit_mb * 2**20),
         }
+        _quiet_listing_race()
         with _env(values):
             return ray.data.read_parquet(
                 [str(f) for f in files],

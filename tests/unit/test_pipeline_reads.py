@@ -76,3 +76,53 @@ def test_read_settings_are_restored_when_the_read_fails(
     with pytest.raises(FileNotFoundError):
         driver.read_files([tmp_path / "gone.parquet"])
     assert not any(name in os.environ for name in VARS)
+
+
+def test_ray_listing_race_stays_off_the_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray 2.60's listing race, forced: quiet after a read, loud before.
+
+    The listing's ``completion-signaler`` thread puts the workers' stop
+    sentinels after the consumer got the last result; when the consumer shuts
+    the pool down first, the put raises ``InterruptedError`` in that thread (it
+    failed one CI run). Here the signaler waits for the shutdown before those
+    puts, so the race happens every time, on Ray's own code.
+    """
+    import threading
+
+    import ray.data
+    import ray.data._internal.dynamic_work_queue as queue
+
+    seen: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", seen.append)
+    put = queue._InterruptibleQueue.put
+    sentinels = threading.local()
+
+    def late_put(self: Any, item: Any, *args: Any, **kwargs: Any) -> None:
+        if item is queue.SENTINEL and threading.current_thread().name.endswith(
+            "/completion-signaler"
+        ):
+            sentinels.n = getattr(sentinels, "n", 0) + 1
+            if sentinels.n > 1:  # the first goes to the consumer
+                assert self._interrupted_event.wait(10)
+        put(self, item, *args, **kwargs)
+
+    monkeypatch.setattr(queue._InterruptibleQueue, "put", late_put)
+
+    def listing() -> list[int]:
+        def process(item: int, add_work: Any, add_result: Any) -> None:
+            add_result(item)
+
+        items = queue.parallel_process_work_stealing([1, 2, 3], process, num_workers=2)
+        return sorted(items)
+
+    assert listing() == [1, 2, 3]
+    assert [(a.thread.name.split("/")[1], a.exc_type) for a in seen if a.thread] == [
+        ("completion-signaler", InterruptedError)
+    ]
+    seen.clear()
+    monkeypatch.setattr(ray.data, "read_parquet", lambda paths, **kwargs: "dataset")
+    make_driver(tmp_path).read_files([tmp_path / "a.parquet"])
+    assert listing() == [1, 2, 3]
+    assert seen == []
