@@ -163,27 +163,20 @@ def _run_tagged(stage: Any, batch: pa.Table) -> pa.Table:
     return out.append_column(NODE_ID, pa.array([node] * out.num_rows, pa.string()))
 
 
-_STAGES: dict[str, Any] = {}
-"""Stage objects of light stages in this worker process, by stage run."""
-_STAGES_KEPT = 8
-
-
 def _light_stage(
-    batch: pa.Table, *, run: str, stage_cls: type[Any], kwargs: dict[str, Any]
+    batch: pa.Table, *, stage_cls: type[Any], kwargs: dict[str, Any]
 ) -> pa.Table:
     """A light stage (its engine lives in a shared pool) as a Ray task.
 
     Tasks run in Ray's pooled worker processes, which outlive a Ray Data
     execution; a stage's actors would be new processes in every execution
-    (every wave). The stage object is built once per worker process and
-    stage run (``run``) and kept, the newest ``_STAGES_KEPT`` of them.
+    (every wave). The stage object is built for each batch (cheap: the engine
+    is a handle on the pool) and dropped with it: a worker that keeps an
+    actor handle is never reaped as idle by Ray, and the judge stage's
+    workers then held about 180 MB each until the job ended (BENCHMARKS.md,
+    "Pipeline scale").
     """
-    stage = _STAGES.get(run)
-    if stage is None:
-        while len(_STAGES) >= _STAGES_KEPT:
-            _STAGES.pop(next(iter(_STAGES)))
-        stage = _STAGES[run] = stage_cls(**kwargs)
-    return _run_tagged(stage, batch)
+    return _run_tagged(stage_cls(**kwargs), batch)
 
 
 _DONE_CACHE: dict[str, Any] = {}

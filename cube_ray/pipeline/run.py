@@ -364,7 +364,7 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
         # laptop would starve them. Read by the raylet this call starts,
         # whose workers inherit this process's environment.
         os.environ.setdefault("RAY_worker_niceness", "0")
-        os.environ.update(workers_env)
+        os.environ.update(workers_env | heap.raylet_env())
         ray.init(
             address="local",
             num_cpus=config.ray.num_cpus,

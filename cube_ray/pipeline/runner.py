@@ -11,7 +11,6 @@ reaches the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -298,11 +297,7 @@ class StageRunner:
             )
         return todo.map_batches(
             cast("Any", _light_stage),
-            fn_kwargs={
-                "run": uuid.uuid4().hex,
-                "stage_cls": spec.stage_cls,
-                "kwargs": kwargs,
-            },
+            fn_kwargs={"stage_cls": spec.stage_cls, "kwargs": kwargs},
             batch_format="pyarrow",
             batch_size=pool.batch_size,
             num_cpus=self.config.ray.task_num_cpus,
