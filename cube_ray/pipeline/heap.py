@@ -17,13 +17,13 @@ scale"). Two allocators are at work in them:
   same wall time (``benchmarks/idle_worker_heap.py``).
 
 Idle workers themselves: a local Ray keeps up to ``num_cpus`` of them
-(``RAY_num_workers_soft_limit``), each holding its imports and what its
-allocators kept. The run sets that limit to 0 on the Ray it starts
-(``RAYLET_ENV``), so a worker idle for 10 s exits (Ray's default of 1 s
-restarted workers between batches: a 20k-record run took 197.8 s instead of
-107.2 s; 5 s: 124.6 s). A worker that still
-owns objects or keeps an actor handle is never reaped, so stage tasks drop
-theirs (``data._light_stage``). A Ray the run connects to keeps its settings.
+(``RAY_num_workers_soft_limit``) for as long as the job runs, each holding its
+imports and what its allocators kept. The run sets that limit to 0 on the Ray
+it starts (``RAYLET_ENV``), so a worker idle for 10 s exits. Ray's default of
+1 s restarted workers between batches: a 20k-record run took 197.8 s against
+107.2 s with Ray's own limit (5 s: 124.6 s). A worker that still owns objects
+or keeps an actor handle is never reaped, so stage tasks drop theirs
+(``data._light_stage``). A Ray the run connects to keeps its own settings.
 
 Engine hosts keep glibc's default behaviour (``engine_env``): an inference
 engine on CPU frees and allocates activations of many MiB at every step, which
