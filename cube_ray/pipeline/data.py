@@ -173,7 +173,7 @@ def _light_stage(
     (every wave). The stage object is built for each batch (cheap: the engine
     is a handle on the pool) and dropped with it: a worker that keeps an
     actor handle is never reaped as idle by Ray, and the judge stage's
-    workers then held about 180 MB each until the job ended (BENCHMARKS.md,
+    workers then held 175-250 MB each until the job ended (BENCHMARKS.md,
     "Pipeline scale").
     """
     return _run_tagged(stage_cls(**kwargs), batch)

@@ -34,6 +34,7 @@ reason, not a measurement: no engine was timed both ways).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 WORKER_ENV = {
     "ARROW_DEFAULT_MEMORY_POOL": "system",
@@ -55,7 +56,7 @@ _ENGINE_DEFAULTS = {
 """glibc's thresholds once a large block was freed (its 64-bit maxima)."""
 
 
-def workers_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+def workers_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The part of ``WORKER_ENV`` the user's environment does not set.
 
     >>> sorted(workers_env({"MALLOC_MMAP_THRESHOLD_": "65536"}))
@@ -64,7 +65,7 @@ def workers_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return _unset(WORKER_ENV, environ)
 
 
-def raylet_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+def raylet_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The part of ``RAYLET_ENV`` the user's environment does not set.
 
     >>> sorted(raylet_env({}))
@@ -75,12 +76,12 @@ def raylet_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return _unset(RAYLET_ENV, environ)
 
 
-def _unset(wanted: dict[str, str], environ: dict[str, str] | None) -> dict[str, str]:
-    environ = dict(os.environ) if environ is None else environ
-    return {k: v for k, v in wanted.items() if k not in environ}
+def _unset(wanted: dict[str, str], environ: Mapping[str, str] | None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in wanted.items() if k not in env}
 
 
-def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+def engine_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """An engine host's overrides: glibc's own thresholds, unless the user set some.
 
     On a local Ray the run puts ``WORKER_ENV`` in its own environment (the
@@ -94,9 +95,9 @@ def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     >>> engine_env({"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "1"})
     {}
     """
-    environ = dict(os.environ) if environ is None else environ
+    env = os.environ if environ is None else environ
     return {
         k: v
         for k, v in _ENGINE_DEFAULTS.items()
-        if environ.get(k, WORKER_ENV[k]) == WORKER_ENV[k]
+        if env.get(k, WORKER_ENV[k]) == WORKER_ENV[k]
     }

@@ -2,7 +2,7 @@
 
 Ray never reaps an idle worker that still holds an actor handle, and a stage
 holds its engine pool's handles: a stage object cached in the worker kept
-every judge-stage worker (about 180 MB each) alive until the job ended.
+every judge-stage worker (175-250 MB each) alive until the job ended.
 """
 
 from __future__ import annotations
