@@ -28,6 +28,7 @@ import resource
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,13 @@ def config(corpus: Path, qa: Path, run_dir: Path) -> dict[str, Any]:
     }
 
 
+def in_fresh_process(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a new (spawned) Python process."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
+        return child.submit(fn, *args, **kwargs).result()
+
+
 def run_one(records: int, *, keep: bool) -> dict[str, Any]:
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
@@ -190,9 +198,7 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     # In a child process: the driver's memory is then the run's alone (writing
     # a 1M corpus here left this process 160 MB larger before the run began).
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
-        corpus, qa = child.submit(write_corpus, records, base).result()
+    corpus, qa = in_fresh_process(write_corpus, records, base)
     synth_s = time.perf_counter() - t0
     run_dir = base / "run"
     cfg_path = base / "run.yaml"
@@ -240,11 +246,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, action="append", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the run dirs")
     args = parser.parse_args()
-    spawn = multiprocessing.get_context("spawn")
     for n in args.records:
-        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as driver:
-            result = driver.submit(run_one, n, keep=args.keep).result()
-        print(json.dumps(result), flush=True)
+        print(json.dumps(in_fresh_process(run_one, n, keep=args.keep)), flush=True)
 
 
 if __name__ == "__main__":
