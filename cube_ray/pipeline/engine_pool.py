@@ -9,7 +9,7 @@ the whole job instead of each loading the model. A pool is:
   ``resources`` routing holds), restarted by Ray on another node when theirs
   is lost (``max_restarts=-1``), the batch they were serving retried there
   (``max_task_retries=-1``);
-* one *dispatcher*: an async actor (no CPU) on the driver's node that
+* one *dispatcher*: an async actor (no CPU) pinned to the driver's node that
   assigns each batch the least loaded host, adds a host while every host is
   busy and fewer than ``max_size`` exist, and adds up the time spent inside
   engine calls. The caller sends the batch to the host itself: batches and
@@ -209,6 +209,12 @@ class _Dispatcher:
             self._busy_s += busy
             self._calls += 1
 
+    async def node(self) -> str:
+        """The node this dispatcher runs on (diagnostics, tests)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     async def hosts(self) -> list[Any]:
         """The engine host actors (diagnostics, tests)."""
         return [h.handle for h in self._hosts]
@@ -399,8 +405,15 @@ def _start_dispatcher(config: Any) -> Any:
     env = heap.engine_env()  # an engine keeps glibc's own heap thresholds
     if env:
         host_options["runtime_env"] = {"env_vars": env}
+    # Hard affinity: Ray places an actor that asks for no resources on a
+    # *random* node under any other strategy, soft node affinity included
+    # (``ClusterResourceScheduler::GetBestSchedulableNode``: "the zero cpu
+    # actor is a special case ... except for HARD node affinity"). A
+    # dispatcher on a worker node dies with it, and with it every host it owns
+    # (a Ray actor shares its owner's fate): CI lost a run that way. On the
+    # driver's node it lives as long as the job does.
     here = NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=True
+        ray.get_runtime_context().get_node_id(), soft=False
     )
     sizes = {"min_size": pool.min_size, "max_size": pool.max_size}
     return (

@@ -126,3 +126,50 @@ def test_routing_and_node_loss(
         if name in ("questions", "answers:bounds"):
             assert set(stats.nodes) == {head_id}, (name, stats.nodes)
     assert set(run.stages["scores:j2"].nodes) == {judge_a.node_id}
+
+
+@pytest.mark.timeout(600)
+def test_engine_pools_survive_losing_every_other_node(cluster: Any) -> None:
+    """A pool's dispatcher owns its hosts (a Ray actor shares its owner's fate),
+    so it must live on the driver's node: Ray places an actor that asks for no
+    resources on a random node unless its node affinity is hard. With 8 pools
+    on 4 nodes, random placement keeps all 8 on the head once in 65,536 runs."""
+    import ray
+
+    from cube_ray.engines.base import SamplingParams
+    from cube_ray.engines.config import FakeEngineConfig, PoolConfig
+    from cube_ray.pipeline.engine_pool import EnginePools
+
+    others = [cluster.add_node(num_cpus=1) for _ in range(3)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    head_id = ray.get_runtime_context().get_node_id()
+
+    configs = [
+        FakeEngineConfig(name=f"m{i}", pool=PoolConfig(num_cpus=0.25)) for i in range(8)
+    ]  # all 8 hosts fit on the head's 2 CPUs, but Ray spreads them past half of it
+    pools = EnginePools()
+    try:
+        engines = [pools.factory([c], stage=f"s{i}")(c) for i, c in enumerate(configs)]
+        dispatchers = [pools._pools[eid][0] for eid in pools.stats()]
+        assert len(dispatchers) == 8
+        nodes = ray.get([d.node.remote() for d in dispatchers], timeout=60)
+        assert set(nodes) == {head_id}, nodes
+
+        hosts = [h for d in dispatchers for h in ray.get(d.hosts.remote())]
+        host_nodes = [n for _, _, n, _ in ray.get([h.ready.remote() for h in hosts])]
+        assert set(host_nodes) - {head_id}, host_nodes  # some hosts will be lost
+
+        sampling = SamplingParams(max_tokens=4)
+        first = [e.generate(["a prompt"], sampling=sampling) for e in engines]
+        for node in others:  # every host not on the head is lost with its node
+            cluster.remove_node(node, allow_graceful=False)
+        again = [e.generate(["a prompt"], sampling=sampling) for e in engines]
+        assert [[g.text for g in gs] for gs in again] == [
+            [g.text for g in gs] for gs in first
+        ]
+        stats = pools.stats()
+        assert all("error" not in s for s in stats.values()), stats
+        assert sum(s["calls"] for s in stats.values()) == 16
+    finally:
+        pools.close()
