@@ -33,6 +33,7 @@ from cube_ray.report._report import (
     NO_VERDICT,
     ReportPaths,
     check_recomputation,
+    console_lines,
     write_comparison,
     write_report,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "bootstrap_cube",
     "check_recomputation",
     "compare_with_humans",
+    "console_lines",
     "evaluate_replicates",
     "fixed_judge_mean",
     "jackknife_indices",

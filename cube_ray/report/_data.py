@@ -278,8 +278,12 @@ def num(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory; raises :class:`InputError` without a summary."""
+def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
+    """Read a run directory; raises :class:`InputError` without a summary.
+
+    ``tables=False`` reads ``summary.json`` and ``manifest.json`` only (what
+    the console headline needs; the tables of a large run are gigabytes).
+    """
     root = Path(run_dir)
     if not root.is_dir():
         raise InputError(
@@ -313,6 +317,10 @@ def load_run(run_dir: str | Path) -> RunData:
             manifest = loaded if isinstance(loaded, dict) else None
         except (OSError, ValueError):
             manifest = None  # the manifest is informative only
+    if not tables:
+        run = RunData(run_dir=root, summary=summary, manifest=manifest)
+        _infer_names(run)
+        return run
     run = RunData(
         run_dir=root,
         summary=summary,

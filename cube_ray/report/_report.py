@@ -210,6 +210,72 @@ def _jury_sentence(run: RunData, system: str) -> str:
     return text
 
 
+def console_lines(run: RunData) -> list[str]:
+    r"""The headline in a few lines for the console, at the end of ``cube-ray run``.
+
+    Per system: the CuBE across the judges used (mean ± SD) with recall@k, or
+    the verdict that there is none; each judge left out, with the short
+    reason; then the flags counted by kind. Read from ``summary.json`` alone
+    (no table, no bootstrap: the interval is in the report).
+
+    >>> sep = {"weighted": {"gap": -0.14, "p_value": 0.999}}
+    >>> summary = {
+    ...     "judges": {
+    ...         "llm": {"cube": {"rag": None}, "recall_at_k": {"rag": 1.0},
+    ...                 "bound_separation": {"rag": sep}},
+    ...         "ref": {"cube": {"rag": 63.21}, "recall_at_k": {"rag": 1.0}},
+    ...     },
+    ...     "parameters": {"k": {"rag": 3}},
+    ...     "across_judges": {"rag": {
+    ...         "judges": ["ref"], "cube": {"mean": 63.21, "sd": None},
+    ...         "excluded": {"llm": "bounds not separated: answers written ..."},
+    ...     }},
+    ...     "flags": [{"flag": "bounds not separated"}] * 3,
+    ... }
+    >>> from cube_ray.report._data import _infer_names
+    >>> run = RunData(run_dir=Path("runs/demo"), summary=summary)
+    >>> _infer_names(run)
+    >>> print("\n".join(console_lines(run)))
+    rag: CuBE 63.21 (1 of 2 judges: ref; SD n/a), recall@3 1.000
+      left out: llm: bounds not separated (gap -0.14 points, p = 0.999)
+    flags: bounds not separated ×3 (summary.json; the report explains each)
+    >>> summary["across_judges"]["rag"] = {"judges": [], "reason": "no judge "
+    ...     "separates the bounds", "cube": {"mean": None, "sd": None}}
+    >>> summary["judges"]["ref"]["cube"]["rag"] = None
+    >>> print(console_lines(run)[0])
+    rag: no verdict — no judge separates the bounds; no CuBE, recall@3 1.000
+    """
+    lines = []
+    for system in run.systems:
+        recall = f"recall@{run.k_of(system)} {fmt(_recall(run, system), 3)}"
+        verdict = run.no_verdict(system)
+        if verdict is not None:
+            lines.append(f"{system}: {NO_VERDICT} — {verdict}; no CuBE, {recall}")
+        else:
+            mean, sd = _across(run, system, "cube")
+            used = run.headline_judges(system)
+            jury = f"{len(used)} of {len(run.judges)} judges: {', '.join(used)}"
+            lines.append(
+                f"{system}: CuBE {fmt(mean, 2)} ({jury}; SD {fmt(sd, 2)}), {recall}"
+            )
+        for judge, why in _left_out(run, system):
+            short = why.split(":", 1)[0]
+            sep = run.separation(judge, system)
+            gap, p = num(sep.get("gap")), num(sep.get("p_value"))
+            if gap is not None and p is not None and "bounds not separated" in short:
+                short += f" (gap {fmt(gap, 2)} points, p = {fmt(p, 3)})"
+            lines.append(f"  left out: {judge}: {short}")
+    flags = run.summary.get("flags")
+    if isinstance(flags, list) and flags:
+        kinds: dict[str, int] = {}
+        for flag in flags:
+            name = flag.get("flag") if isinstance(flag, Mapping) else None
+            kinds[str(name)] = kinds.get(str(name), 0) + 1
+        counted = ", ".join(f"{k} ×{n}" for k, n in kinds.items())
+        lines.append(f"flags: {counted} (summary.json; the report explains each)")
+    return lines
+
+
 def _headline(
     run: RunData,
     boot: Mapping[str, BootstrapResult],

@@ -290,6 +290,16 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     for doc in (summary, got):
         doc["flags"] = sorted(doc.get("flags", []), key=json.dumps)
     assert _same(summary, got)
+    # The console ends with the headline, read from that summary: each system's
+    # CuBE across the judges used, or no verdict (CUBE_METHOD.md section 10).
+    lines = proc.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("result:"))
+    shown = lines[first : lines.index(f"run dir:  {run_dir}")]
+    for system in summary["systems"]:
+        mean = summary["across_judges"][system]["cube"]["mean"]
+        want = "no verdict" if mean is None else f"CuBE {mean:.2f} ("
+        want = f"{system}: {want}"
+        assert any(want in line for line in shown), (want, proc.stdout)
 
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["status"] == "complete"
