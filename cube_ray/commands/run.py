@@ -98,12 +98,14 @@ def run_command(args: argparse.Namespace) -> int:
         where = f"; details in {logs}/" if logs.is_dir() else ""
         print(f"cube-ray: error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
         return 1
-    if result.summary_path is not None:
+    headline = result.headline
+    if not headline and result.summary_path is not None:  # no report: no interval
         from cube_ray.report import console_lines, load_run
 
-        # The headline first: what a run found, before where it put it.
-        for i, line in enumerate(console_lines(load_run(result.run_dir, tables=False))):
-            print(f"{'result:' if i == 0 else '':10s}{line}")
+        headline = console_lines(load_run(result.run_dir, tables=False))
+    # The headline first: what a run found, before where it put it.
+    for i, line in enumerate(headline):
+        print(f"{'result:' if i == 0 else '':10s}{line}")
     print(f"run dir:  {result.run_dir}")
     for table in ("documents", "questions", "answers", "scores"):
         print(f"{table + ':':10s}{result.run_dir / table}/")

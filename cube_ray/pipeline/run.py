@@ -106,6 +106,8 @@ class RunResult:
     report_paths: list[Path] = field(default_factory=list)
     log_path: Path | None = None
     """Where engine and Ray output went (quiet runs)."""
+    headline: list[str] = field(default_factory=list)
+    """The report's headline for the console (empty when no report was written)."""
 
 
 # --- the driver -------------------------------------------------------------------
@@ -546,6 +548,7 @@ def _run_stages(
     )
     _atomic_json(manifest_path, manifest)
     report_paths: list[Path] = []
+    headline: list[str] = []
     if options.report and summary is not None:
         try:
             from cube_ray.report import write_report
@@ -563,7 +566,15 @@ def _run_stages(
                 _atomic_json(manifest_path, manifest)
             else:
                 report_paths = [Path(str(p)) for p in _iter_paths(paths)]
-    return RunResult(run_dir, driver.stats, summary_path, manifest_path, report_paths)
+                headline = list(getattr(paths, "headline", ()))
+    return RunResult(
+        run_dir,
+        driver.stats,
+        summary_path,
+        manifest_path,
+        report_paths,
+        headline=headline,
+    )
 
 
 def _say_preflight(text: str) -> None:

@@ -317,17 +317,17 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
             manifest = loaded if isinstance(loaded, dict) else None
         except (OSError, ValueError):
             manifest = None  # the manifest is informative only
-    if not tables:
-        run = RunData(run_dir=root, summary=summary, manifest=manifest)
-        _infer_names(run)
-        return run
+
+    def table(kind: str) -> pl.DataFrame | None:
+        return read_table(root / kind, kind) if tables else None
+
     run = RunData(
         run_dir=root,
         summary=summary,
-        answers=read_table(root / "answers", "answers"),
-        scores=read_table(root / "scores", "scores"),
-        questions=read_table(root / "questions", "questions"),
-        documents=read_table(root / "documents", "documents"),
+        answers=table("answers"),
+        scores=table("scores"),
+        questions=table("questions"),
+        documents=table("documents"),
         manifest=manifest,
     )
     _infer_names(run)

@@ -67,10 +67,12 @@ WORST_N = 10
 
 @dataclass(frozen=True)
 class ReportPaths:
-    """Files written by :func:`write_report`."""
+    """Files written by :func:`write_report`, and the headline for the console."""
 
     html: Path
     markdown: Path
+    headline: tuple[str, ...] = ()
+    """:func:`console_lines` with the report's own bootstrap intervals."""
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -210,13 +212,16 @@ def _jury_sentence(run: RunData, system: str) -> str:
     return text
 
 
-def console_lines(run: RunData) -> list[str]:
+def console_lines(
+    run: RunData, boot: Mapping[str, BootstrapResult] | None = None
+) -> list[str]:
     r"""The headline in a few lines for the console, at the end of ``cube-ray run``.
 
-    Per system: the CuBE across the judges used (mean ± SD) with recall@k, or
-    the verdict that there is none; each judge left out, with the short
-    reason; then the flags counted by kind. Read from ``summary.json`` alone
-    (no table, no bootstrap: the interval is in the report).
+    Per system: the CuBE across the judges used with its bootstrap interval
+    (``boot``, the report's: :func:`write_report` returns these lines) and SD,
+    and recall@k; or the verdict that there is none. Then each judge left
+    out, with the short reason, and the flags counted by kind. Without
+    ``boot`` (no report written) the line says the interval was not computed.
 
     >>> sep = {"weighted": {"gap": -0.14, "p_value": 0.999}}
     >>> summary = {
@@ -235,10 +240,17 @@ def console_lines(run: RunData) -> list[str]:
     >>> from cube_ray.report._data import _infer_names
     >>> run = RunData(run_dir=Path("runs/demo"), summary=summary)
     >>> _infer_names(run)
-    >>> print("\n".join(console_lines(run)))
-    rag: CuBE 63.21 (1 of 2 judges: ref; SD n/a), recall@3 1.000
+    >>> print("\n".join(console_lines(run)))  # doctest: +NORMALIZE_WHITESPACE
+    rag: CuBE 63.21, interval not computed (no report)
+      (1 of 2 judges: ref; SD n/a), recall@3 1.000
       left out: llm: bounds not separated (gap -0.14 points, p = 0.999)
     flags: bounds not separated ×3 (summary.json; the report explains each)
+    >>> from cube_ray.report._cube import BootstrapResult
+    >>> b = BootstrapResult("rag", 1000, 0.95, "bca", ("ref",), (55.1, 70.4),
+    ...                     (55.1, 70.4), (1.0, 1.0), {}, 1000)
+    >>> print(console_lines(run, {"rag": b})[0])  # doctest: +NORMALIZE_WHITESPACE
+    rag: CuBE 63.21, 95% CI [55.10, 70.40]
+      (1 of 2 judges: ref; SD n/a), recall@3 1.000
     >>> summary["across_judges"]["rag"] = {"judges": [], "reason": "no judge "
     ...     "separates the bounds", "cube": {"mean": None, "sd": None}}
     >>> summary["judges"]["ref"]["cube"]["rag"] = None
@@ -255,8 +267,15 @@ def console_lines(run: RunData) -> list[str]:
             mean, sd = _across(run, system, "cube")
             used = run.headline_judges(system)
             jury = f"{len(used)} of {len(run.judges)} judges: {', '.join(used)}"
+            b = (boot or {}).get(system)
+            ci = (
+                f"{b.confidence:.0%} CI {_interval(b.cube, 2)}"
+                if b
+                else "interval not computed (no report)"
+            )
             lines.append(
-                f"{system}: CuBE {fmt(mean, 2)} ({jury}; SD {fmt(sd, 2)}), {recall}"
+                f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; SD {fmt(sd, 2)}), "
+                f"{recall}"
             )
         for judge, why in _left_out(run, system):
             short = why.split(":", 1)[0]
@@ -1253,6 +1272,27 @@ def build_sections(
         InputError: The summary's figures cannot be reproduced from the tables
             (see :func:`check_recomputation`).
     """
+    sections, _ = _sections_and_boot(
+        run,
+        human_ratings=human_ratings,
+        baselines=baselines,
+        n_resamples=n_resamples,
+        seed=seed,
+        interval=interval,
+    )
+    return sections
+
+
+def _sections_and_boot(
+    run: RunData,
+    *,
+    human_ratings: str | Path | None,
+    baselines: bool,
+    n_resamples: int,
+    seed: int,
+    interval: IntervalMethod,
+) -> tuple[list[Section], dict[str, BootstrapResult]]:
+    """:func:`build_sections`, and the headline's bootstrap results it used."""
     notes = [Para(n, "note") for n in run.option_notes()]
     tables = run.answers is not None and run.scores is not None
     rep, boot = _recompute(run, n_resamples=n_resamples, seed=seed, interval=interval)
@@ -1284,7 +1324,7 @@ def build_sections(
         else "not computed"
     )
     sections.append(_details(run, meta))
-    return sections
+    return sections, boot
 
 
 def _meta(run: RunData) -> list[str]:
@@ -1332,7 +1372,7 @@ def write_report(
     """
     require_report_deps()
     run = load_run(run_dir)
-    sections = build_sections(
+    sections, boot = _sections_and_boot(
         run,
         human_ratings=human_ratings,
         baselines=baselines,
@@ -1345,7 +1385,9 @@ def write_report(
     title = f"CuBE report — {run.name}"
     footer = f"cube-ray {__version__} · CuBE: Customizable Bounds Evaluation"
     meta = _meta(run)
-    paths = ReportPaths(out / "report.html", out / "report.md")
+    paths = ReportPaths(
+        out / "report.html", out / "report.md", tuple(console_lines(run, boot))
+    )
     paths.html.write_text(
         render_html(title=title, meta=meta, sections=sections, footer=footer),
         encoding="utf-8",

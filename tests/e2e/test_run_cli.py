@@ -291,13 +291,14 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
         doc["flags"] = sorted(doc.get("flags", []), key=json.dumps)
     assert _same(summary, got)
     # The console ends with the headline, read from that summary: each system's
-    # CuBE across the judges used, or no verdict (CUBE_METHOD.md section 10).
+    # CuBE across the judges used with the report's interval, or no verdict
+    # (CUBE_METHOD.md section 10).
     lines = proc.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("result:"))
     shown = lines[first : lines.index(f"run dir:  {run_dir}")]
     for system in summary["systems"]:
         mean = summary["across_judges"][system]["cube"]["mean"]
-        want = "no verdict" if mean is None else f"CuBE {mean:.2f} ("
+        want = "no verdict" if mean is None else f"CuBE {mean:.2f}, 95% CI ["
         want = f"{system}: {want}"
         assert any(want in line for line in shown), (want, proc.stdout)
 
