@@ -10,10 +10,11 @@ a config is printed (:func:`mask`).
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 from cube_ray.env import PLACEHOLDER
 
@@ -24,6 +25,7 @@ __all__ = [
     "literal_credential",
     "literal_in_url",
     "mask",
+    "redact",
 ]
 
 MASK = "***"
@@ -163,3 +165,57 @@ def mask(value: Any, *, sensitive: bool = False) -> Any:
     if sensitive and value is not None and not isinstance(value, bool):
         return MASK
     return value
+
+
+_MIN_CORE = 8
+"""Shortest base64 run of a key that is redacted (shorter ones match by chance)."""
+
+
+def _encoded_forms(secret: str) -> list[str]:
+    """The texts that give ``secret`` away: itself, URL- and base64-encoded.
+
+    A base64 text that contains the key somewhere (``user:KEY``, ``Bearer
+    KEY``) encodes it at one of three alignments; the run of characters that
+    depends on the key's bytes alone is the same at that alignment whatever
+    surrounds it, so each alignment's run is redacted (standard and URL-safe
+    alphabets).
+
+    >>> forms = _encoded_forms("sk-test-1234567890")
+    >>> "sk-test-1234567890" in forms, "c2stdGVzdC0xMjM0NTY3ODkw" in forms
+    (True, True)
+    """
+    raw = secret.encode()
+    forms = {secret, quote(secret, safe=""), quote_plus(secret)}
+    for shift in range(3):
+        part = raw[shift:]
+        part = part[: len(part) - len(part) % 3]
+        core = base64.b64encode(part).decode()
+        if len(core) >= _MIN_CORE:
+            forms.add(core)
+            forms.add(base64.urlsafe_b64encode(part).decode())
+    return sorted(forms, key=len, reverse=True)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` masked, also in its base64 and URL-encoded forms.
+
+    For raw texts a server sent back (an error body that echoes the request):
+    the key itself, ``%``-encoded, and base64 of any text holding it.
+
+    >>> key = "sk-live/abc+123=xyz"
+    >>> redact(f"bad key {key}; {quote(key, safe='')}", key)
+    'bad key ***; ***'
+    >>> echo = base64.b64encode(b"Authorization: Bearer " + key.encode()).decode()
+    >>> echo
+    'QXV0aG9yaXphdGlvbjogQmVhcmVyIHNrLWxpdmUvYWJjKzEyMz14eXo='
+    >>> redact(echo, key)  # at most a byte or two of each end stays
+    'QXV0aG9yaXphdGlvbjogQmVhcmVyIHNr***eXo='
+    >>> redact("nothing here", key), redact("x", None)
+    ('nothing here', 'x')
+    """
+    if not secret:
+        return text
+    for form in _encoded_forms(secret):
+        if form and form in text:
+            text = text.replace(form, MASK)
+    return text

@@ -27,6 +27,11 @@ expected score by ``9 * share``; at most :data:`SPLIT_TOLERANCE` points, the
 mass counts as 1. Where it matters and the backend could not read the split,
 the row falls back to the greedy (argmax) score with the status
 ``argmax_fallback``; it is never silently biased, and never 0.
+
+Log-probabilities come from a server and are checked before use
+(:func:`valid_logprob`): NaN, infinities and positive values (a probability
+above 1) are ignored, so a hostile or broken reply can only leave a row
+without a score (``no_logprobs``), never make a NaN score or raise.
 """
 
 from __future__ import annotations
@@ -53,12 +58,39 @@ __all__ = [
     "score_mass",
     "split_matters",
     "split_one_ten",
+    "valid_logprob",
     "zero_share",
 ]
 
 SPLIT_TOLERANCE = 0.05
 """Largest shift of an expected score (points on 0..10) an unread "1"/"10"
 split may cause; above it the split must be read, or the row falls back."""
+
+LOGPROB_SLACK = 1e-6
+"""Positive log-probabilities up to this are float rounding of a certain token
+(read as 0); larger ones are not log-probabilities and are ignored."""
+
+
+def valid_logprob(logprob: object) -> float | None:
+    """A log-probability as a float <= 0, or None when it is not one.
+
+    >>> [valid_logprob(x) for x in (-0.5, 0.0, 1e-9, 1000.0, float("inf"))]
+    [-0.5, 0.0, 0.0, None, None]
+    >>> [valid_logprob(x) for x in (float("nan"), -float("inf"), "x", True, None)]
+    [None, -inf, None, None, None]
+    >>> valid_logprob(10**400), valid_logprob(-(10**400))
+    (None, None)
+    """
+    if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+        return None
+    try:
+        value = float(logprob)
+    except OverflowError:  # a JSON integer of 400 digits
+        return None
+    if math.isnan(value) or value == math.inf or value > LOGPROB_SLACK:
+        return None
+    return min(value, 0.0)
+
 
 _STRICT = re.compile(r"\s*(10|[0-9])\s*")
 _SCORES: dict[str, int] = {c: int(c) for c in SCORE_CHOICES}
@@ -80,17 +112,20 @@ def score_mass(first_token_logprobs: Iterable[tuple[str, float]]) -> dict[int, f
     """Probability of each score token at the first position, not renormalised.
 
     Tokens are compared after stripping whitespace; duplicates (``"7"`` and
-    ``" 7"``) add up; non-score tokens, NaN and ``-inf`` are ignored.
+    ``" 7"``) add up; non-score tokens, ``-inf`` and what is not a
+    log-probability (:func:`valid_logprob`) are ignored.
 
     >>> m = score_mass([("7", math.log(0.5)), (" 7", math.log(0.1)),
-    ...     ("Sure", math.log(0.3)), ("3", -math.inf)])
+    ...     ("Sure", math.log(0.3)), ("3", -math.inf), ("4", math.inf),
+    ...     ("5", 1000.0), ("6", math.nan)])
     >>> {k: round(v, 3) for k, v in m.items()}
     {7: 0.6}
     """
     mass: dict[int, float] = {}
-    for token, logprob in first_token_logprobs:
-        key = token.strip()
-        if key not in _SCORES or logprob is None or math.isnan(logprob):
+    for token, raw in first_token_logprobs:
+        key = str(token).strip()
+        logprob = valid_logprob(raw)
+        if key not in _SCORES or logprob is None:
             continue
         p = math.exp(logprob)
         if p <= 0.0:
@@ -192,12 +227,14 @@ def zero_share(step: Iterable[tuple[str, float]]) -> float:
     0.3
     >>> zero_share([("<eos>", 0.0), ("0", -math.inf)])
     0.0
+    >>> zero_share([("0", 1000.0), (" 0", math.inf), ("0", math.nan)])
+    0.0
     """
-    p = sum(
-        math.exp(lp)
-        for token, lp in step
-        if token.strip() == "0" and lp is not None and not math.isnan(lp)
-    )
+    p = 0.0
+    for token, raw in step:
+        lp = valid_logprob(raw)
+        if str(token).strip() == "0" and lp is not None:
+            p += math.exp(lp)
     return min(max(p, 0.0), 1.0)
 
 

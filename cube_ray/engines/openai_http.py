@@ -19,8 +19,15 @@ Failure handling, per request:
   ``backoff_max_s``) with jitter;
 * 401, 403 and 404 are engine-fatal (wrong key, URL or model: every request
   would fail) and raise :class:`~cube_ray.errors.EngineError`;
+* each request has a whole-request deadline (``timeout_s``, body included) and
+  a byte limit on its reply (:mod:`cube_ray.http_reply`); a longer reply is
+  ``response_too_large`` and is neither kept nor sent back;
 * what still fails becomes a row status (``http_error``, ``timeout``,
-  ``connect_error``, ``malformed_response``) with a short raw text;
+  ``connect_error``, ``malformed_response``, ``response_too_large``, ``error``)
+  with a short raw text: an error status's body is kept as its length only (it
+  may echo the key); a 2xx body that is not a reply (invalid or deeply nested
+  JSON, wrong shapes, undecodable bytes) is ``malformed_response`` for its row
+  alone; no reply raises out of a batch;
 * an unconstrained score that is not exactly one integer 0..10 is asked again
   with a reminder, ``parse_retries`` times, then stored as ``parse_error`` with
   the raw text (never 0);
@@ -48,11 +55,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cube_ray.credentials import redact
 from cube_ray.engines._scoring import (
     parse_score,
     read_expected,
     score_mass,
     split_matters,
+    valid_logprob,
     zero_share,
 )
 from cube_ray.engines.base import (
@@ -64,6 +73,7 @@ from cube_ray.engines.base import (
 )
 from cube_ray.env import secret
 from cube_ray.errors import EngineError, MissingDependencyError
+from cube_ray.http_reply import MAX_REPLY_BYTES, send_bounded
 
 if TYPE_CHECKING:
     from cube_ray.engines.config import OpenAIHttpEngineConfig
@@ -82,6 +92,8 @@ REMINDER = "Reply with only one integer from 0 to 10, and nothing else."
 """The follow-up sent when an unconstrained score does not parse."""
 RAW_MAX_CHARS = 500
 """Raw texts of failures are cut to this length."""
+PREVIOUS_MAX_CHARS = 2000
+"""Most of an unparsable reply quoted back in a parse retry."""
 
 
 @dataclass
@@ -435,9 +447,8 @@ class OpenAIHttpEngine:
                 self.usage.statuses[status] = self.usage.statuses.get(status, 0) + 1
 
     def _redact(self, text: str) -> str:
-        if self._key and self._key in text:
-            text = text.replace(self._key, "***")
-        return text[:RAW_MAX_CHARS]
+        # The key also in its base64 and URL-encoded forms (credentials.redact).
+        return redact(text, self._key)[:RAW_MAX_CHARS]
 
     def _batch(
         self, prompts: Sequence[str], body: dict[str, Any], *, score: bool
@@ -475,7 +486,18 @@ class OpenAIHttpEngine:
 
             async def one(prompt: str) -> _Reply:
                 async with sem:
-                    return await self._one(client, prompt, body, score=score)
+                    try:
+                        return await self._one(client, prompt, body, score=score)
+                    except _Fatal:
+                        raise
+                    except Exception as exc:
+                        # Whatever one reply does, it marks its own row only.
+                        logger.warning("request failed: %s", type(exc).__name__)
+                        return _Reply(
+                            None,
+                            status="error",
+                            detail=self._redact(f"{type(exc).__name__}: {exc}"),
+                        )
 
             tasks = [asyncio.ensure_future(one(p)) for p in prompts]
             try:
@@ -520,9 +542,10 @@ class OpenAIHttpEngine:
         ):
             attempts += 1
             logger.info("score did not parse; asking again (%d)", attempts)
-            again = await self._request(
-                client, self._payload(prompt, body, reply.text or "")
-            )
+            # Only the start of a long reply goes back (a hostile 8 MB text
+            # is not resent).
+            previous = (reply.text or "")[:PREVIOUS_MAX_CHARS]
+            again = await self._request(client, self._payload(prompt, body, previous))
             if again.status != "ok":
                 break
             again.prompt_tokens = _add(reply.prompt_tokens, again.prompt_tokens)
@@ -545,9 +568,10 @@ class OpenAIHttpEngine:
                 self.usage.requests += 1
                 self.usage.retries += attempt > 0
             try:
-                # httpx times each phase; wait_for bounds the whole request too.
-                resp = await asyncio.wait_for(
-                    client.post(path, json=payload), timeout=cfg.timeout_s
+                # httpx times each phase; the deadline bounds the whole request
+                # (a reply trickling in byte by byte), the byte limit its size.
+                resp = await send_bounded(
+                    client, "POST", path, timeout_s=cfg.timeout_s, json=payload
                 )
             except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
                 last = _Reply(None, status="timeout", detail=type(exc).__name__)
@@ -557,32 +581,36 @@ class OpenAIHttpEngine:
                     status="connect_error",
                     detail=self._redact(f"{type(exc).__name__}: {exc}"),
                 )
+            except httpx.HTTPError as exc:  # DecodingError: a body not readable
+                last = _Reply(
+                    None, status="malformed_response", detail=type(exc).__name__
+                )
             else:
                 code = resp.status_code
+                # An error body is kept as its length only: it may echo the key.
+                said = f"HTTP {code} ({resp.size} bytes)"
                 if code in FATAL_STATUS:
                     msg = (
-                        f"engine {self.name!r}: HTTP {code} from {cfg.base_url} "
+                        f"engine {self.name!r}: {said} from {cfg.base_url} "
                         f"({path}); check base_url, model and the API key in "
-                        f"{cfg.api_key_env or '(no api_key_env)'}: "
-                        f"{resp.text[:200]}"
+                        f"{cfg.api_key_env or '(no api_key_env)'}"
                     )
                     raise _Fatal(msg)
                 if code == 429 or code >= 500:
                     wait = _retry_after_s(resp.headers.get("retry-after"))
-                    last = _Reply(
-                        None,
-                        status="http_error",
-                        detail=self._redact(f"HTTP {code}: {resp.text}"),
-                    )
+                    last = _Reply(None, status="http_error", detail=said)
                 elif code >= 400:
                     # A bad request (e.g. prompt too long) fails only this row.
+                    return _Reply(None, status="http_error", detail=said)
+                elif resp.too_large:
+                    # Not retried: the same request would get the same reply.
                     return _Reply(
                         None,
-                        status="http_error",
-                        detail=self._redact(f"HTTP {code}: {resp.text}"),
+                        status="response_too_large",
+                        detail=f"{said}: over {MAX_REPLY_BYTES} bytes, not read",
                     )
                 else:
-                    parsed = self._parse(resp.text)
+                    parsed = self._parse(resp.body)
                     if parsed.status == "ok":
                         return parsed
                     last = parsed
@@ -601,10 +629,10 @@ class OpenAIHttpEngine:
             await asyncio.sleep(wait)
         return last
 
-    def _parse(self, text: str) -> _Reply:
+    def _parse(self, body: bytes) -> _Reply:
         """Text, logprobs and usage from a 2xx body, or ``malformed_response``."""
         try:
-            data = json.loads(text)
+            data = json.loads(body)
             choice = data["choices"][0]
             if self.config.api == "chat":
                 content = choice["message"]["content"]
@@ -612,14 +640,26 @@ class OpenAIHttpEngine:
                 content = choice["text"]
             if not isinstance(content, str):
                 raise TypeError("content is not a string")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            usage = data.get("usage") or {}
+            if not isinstance(usage, dict):
+                raise TypeError("usage is not an object")
+            block = choice.get("logprobs")
+        # RecursionError: deeply nested JSON; UnicodeDecodeError is a ValueError.
+        except (
+            ValueError,
+            KeyError,
+            IndexError,
+            TypeError,
+            AttributeError,
+            RecursionError,
+        ) as exc:
+            text = body[:RAW_MAX_CHARS].decode("utf-8", errors="replace")
             return _Reply(
                 None,
                 status="malformed_response",
                 detail=self._redact(f"{type(exc).__name__}: {text}"),
             )
-        usage = data.get("usage") or {}
-        steps, tokens = self._logprobs(choice.get("logprobs"))
+        steps, tokens = self._logprobs(block)
         reply = _Reply(
             content,
             top_logprobs=steps,
@@ -636,28 +676,41 @@ class OpenAIHttpEngine:
     def _logprobs(
         block: Any,
     ) -> tuple[list[list[tuple[str, float]]] | None, list[str] | None]:
-        """Per generated position, the alternatives and the chosen token."""
+        """Per generated position, the alternatives and the chosen token.
+
+        Alternatives whose logprob is not one (NaN, infinite, positive, not a
+        number: ``valid_logprob``) are left out; a block of the wrong shape
+        gives no logprobs at all (the row is then ``no_logprobs``).
+        """
         if not isinstance(block, dict):
             return None, None
         steps: list[list[tuple[str, float]]] = []
         tokens: list[str] = []
+
+        def alt(token: Any, logprob: Any) -> list[tuple[str, float]]:
+            lp = valid_logprob(logprob)
+            return [] if lp is None else [(str(token), lp)]
+
         try:
             if isinstance(block.get("content"), list):  # chat API
                 for pos in block["content"]:
                     alts = [
-                        (str(a["token"]), float(a["logprob"]))
+                        x
                         for a in pos.get("top_logprobs") or []
+                        for x in alt(a["token"], a["logprob"])
                     ]
-                    alts.append((str(pos["token"]), float(pos["logprob"])))
+                    alts += alt(pos["token"], pos["logprob"])
                     steps.append(alts)
                     tokens.append(str(pos["token"]))
             elif isinstance(block.get("top_logprobs"), list):  # completions API
                 chosen = block.get("tokens") or []
                 for i, pos in enumerate(block["top_logprobs"]):
-                    steps.append([(str(t), float(lp)) for t, lp in (pos or {}).items()])
+                    steps.append(
+                        [x for t, lp in (pos or {}).items() for x in alt(t, lp)]
+                    )
                     if i < len(chosen):
                         tokens.append(str(chosen[i]))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None, None
         if len(tokens) != len(steps):
             tokens = []  # positions unknown: the score is read at the first

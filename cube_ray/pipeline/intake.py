@@ -31,7 +31,7 @@ from cube_ray.pipeline.parts import (
     _swap_dir,
     part_files,
 )
-from cube_ray.stages import QUESTIONS_OUT_SCHEMA
+from cube_ray.stages import QUESTIONS_OUT_SCHEMA, questions_table
 from cube_ray.systems.kinds import file_digest, system_kind
 
 if TYPE_CHECKING:
@@ -152,7 +152,8 @@ class Intake:
             frame = frame.head(self.options.limit)
         digest = stable_hash(file_digest(qcfg.path))
         n = frame.height
-        return pa.table(
+        # Latency and token columns stay null: nobody generated these questions.
+        return questions_table(
             {
                 schema.QUESTION_ID: frame[schema.QUESTION_ID].to_arrow(),
                 schema.DOC_ID: frame[schema.DOC_ID].to_arrow(),

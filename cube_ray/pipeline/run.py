@@ -511,27 +511,38 @@ def _run_stages(
             "run_stamp": driver.stamp,
         }
         _atomic_json(manifest_path, manifest)
-        import ray.data
-
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
-        ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
+        # From here on the manifest exists: whatever stops the run (a stage
+        # error, a crash, Ctrl-C) leaves it `failed` with the error, never
+        # `running`.
         try:
-            driver.run_graph(corpus_fp)
-        finally:
-            engines = driver.engines.stats()
-            driver.engines.close()
-        summary = _summarize_beside_driver(config, run_dir)
+            import ray.data
+
+            ctx = ray.data.DataContext.get_current()
+            ctx.enable_progress_bars = False
+            ctx.print_on_execution_start = False
+            ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
+            try:
+                driver.run_graph(corpus_fp)
+            finally:
+                engines = driver.engines.stats()
+                driver.engines.close()
+            summary = _summarize_beside_driver(config, run_dir)
+        except BaseException as exc:
+            _record_failed(manifest_path, config, started, exc)
+            raise
     finally:
         if owned:
             import ray
 
             ray.shutdown()
     summary_path: Path | None = None
-    if summary is not None:
-        summary_path = run_dir / "summary.json"
-        _atomic_json(summary_path, summary)
+    try:
+        if summary is not None:
+            summary_path = run_dir / "summary.json"
+            _atomic_json(summary_path, summary)
+    except BaseException as exc:
+        _record_failed(manifest_path, config, started, exc)
+        raise
     # The manifest is final before the report is written: the report shows it.
     manifest.update(
         {
@@ -591,9 +602,21 @@ def _record_stop(
             manifest = json.loads(path.read_text())
     if not isinstance(manifest, dict) or not manifest:
         manifest = {"config_hash": config.fingerprint(), "started": started}
-    manifest.update({"status": status, "error": str(exc), "stopped": _utc()})
+    # The type name too: a bare KeyError's text is only the key, Ctrl-C's none.
+    error = f"{type(exc).__name__}: {exc}" if status == "failed" else str(exc)
+    manifest.update({"status": status, "error": error, "stopped": _utc()})
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_json(path, manifest)
+
+
+def _record_failed(
+    path: Path, config: RunConfig, started: str, exc: BaseException
+) -> None:
+    """Mark the run `failed` with the error; never hides the error itself."""
+    try:
+        _record_stop(path, config, started, "failed", exc)
+    except Exception as inner:  # a full disk must not replace the real error
+        print(f"cube-ray: manifest not updated: {inner}", file=console())
 
 
 def _iter_paths(obj: Any) -> Iterator[Any]:

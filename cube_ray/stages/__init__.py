@@ -12,6 +12,7 @@ from cube_ray.stages.generate import (
     QUESTIONS_OUT_SCHEMA,
     AnswerStage,
     QuestionStage,
+    questions_table,
 )
 from cube_ray.stages.inputs import (
     ANSWER_HASH,
@@ -45,5 +46,6 @@ __all__ = [
     "gold_rank",
     "judge_inputs",
     "question_inputs",
+    "questions_table",
     "system_inputs",
 ]

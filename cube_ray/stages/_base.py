@@ -13,10 +13,13 @@ from cube_ray.engines.base import Engine
 from cube_ray.errors import InputError
 
 __all__ = [
+    "ANSWER_MAX_CHARS",
     "INPUT_HASH",
     "NODE_ID",
+    "RAW_MAX_CHARS",
     "EngineFactory",
     "Stage",
+    "capped",
     "empty_table",
 ]
 
@@ -26,6 +29,26 @@ text, question, answer, prompt template, engine config). Written to the output
 tables as ``content_hash``; resume compares it."""
 NODE_ID = "_node_id"
 """Internal column the pipeline adds: the Ray node that produced a row."""
+
+ANSWER_MAX_CHARS = 32_000
+"""Longest answer stored (and judged); a longer one is cut, with a note."""
+RAW_MAX_CHARS = 4_000
+"""Longest judge ``raw`` text stored; a longer one is cut, with a note."""
+
+
+def capped(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters plus a note saying so.
+
+    A system or engine may return megabytes; the tables (and the judges'
+    prompts) keep a bounded, clearly marked start.
+
+    >>> capped("abcdef", 3), capped("abc", 3), capped(None, 3)
+    ('abc [cut: 6 characters, 3 kept]', 'abc', None)
+    """
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]} [cut: {len(text)} characters, {limit} kept]"
+
 
 EngineFactory = Callable[[Any], Engine]
 """Builds an engine from its config (``cube_ray.engines.build_engine``)."""

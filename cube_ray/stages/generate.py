@@ -12,13 +12,20 @@ from cube_ray import schema
 from cube_ray.engines.base import Generation, SamplingParams
 from cube_ray.engines.registry import build_engine
 from cube_ray.prompts import fresh_nonce, render_answer, render_question
-from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
+from cube_ray.stages._base import (
+    ANSWER_MAX_CHARS,
+    INPUT_HASH,
+    EngineFactory,
+    Stage,
+    capped,
+)
 
 __all__ = [
     "ANSWERS_OUT_SCHEMA",
     "QUESTIONS_OUT_SCHEMA",
     "AnswerStage",
     "QuestionStage",
+    "questions_table",
     "sampling_of",
 ]
 
@@ -28,6 +35,36 @@ QUESTIONS_OUT_SCHEMA = pa.unify_schemas(
 """Columns of the ``questions/`` table the pipeline writes."""
 ANSWERS_OUT_SCHEMA = pa.unify_schemas([schema.ANSWERS_SCHEMA, schema.ANSWERS_EXTRA])
 """Columns of the ``answers/`` table the pipeline writes."""
+
+
+def questions_table(columns: dict[str, Any]) -> pa.Table:
+    """A ``questions/`` table in :data:`QUESTIONS_OUT_SCHEMA`, whoever wrote it.
+
+    Columns the writer has no value for (a question file has no generation
+    latency or token counts) are null; a required column that is missing is
+    an error here rather than a ``KeyError`` in the part writer.
+
+    >>> t = questions_table({"question_id": ["q1"], "doc_id": ["d1"],
+    ...                      "question": ["Why?"], "status": ["ok"]})
+    >>> t.schema == QUESTIONS_OUT_SCHEMA, t.column("latency_s").to_pylist()
+    (True, [None])
+    >>> questions_table({"question_id": ["q1"]})
+    Traceback (most recent call last):
+    ...
+    ValueError: questions table without required column 'doc_id'
+    """
+    n = len(next(iter(columns.values()))) if columns else 0
+    full: dict[str, Any] = {}
+    for f in QUESTIONS_OUT_SCHEMA:
+        if f.name in columns:
+            full[f.name] = columns[f.name]
+        elif f.nullable:
+            full[f.name] = pa.nulls(n, f.type)
+        else:
+            msg = f"questions table without required column {f.name!r}"
+            raise ValueError(msg)
+    return pa.Table.from_pydict(full, schema=QUESTIONS_OUT_SCHEMA)
+
 
 QUESTION_MAX_TOKENS = 96
 """Most tokens generated for one question (one sentence)."""
@@ -177,7 +214,7 @@ class QuestionStage(_GeneratingStage):
             **_gen_columns(gens),
         }
         cols[schema.STATUS] = _empty_as_status(gens, questions)
-        return pa.Table.from_pydict(cols, schema=self.output_schema)
+        return questions_table(cols)
 
     def close(self) -> None:
         """Close the engine."""
@@ -245,7 +282,7 @@ class AnswerStage(_GeneratingStage):
             schema.QUESTION_ID: [r[schema.QUESTION_ID] for r in rows],
             schema.DOC_ID: [r[schema.DOC_ID] for r in rows],
             schema.SYSTEM: [r[schema.SYSTEM] for r in rows],
-            schema.ANSWER: [_text_or_none(g) for g in gens],
+            schema.ANSWER: [capped(_text_or_none(g), ANSWER_MAX_CHARS) for g in gens],
             schema.RETRIEVED_DOC_IDS: [None] * len(rows),
             schema.RANK: [None] * len(rows),
             schema.CONTENT_HASH: [r[INPUT_HASH] for r in rows],

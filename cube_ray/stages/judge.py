@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -16,14 +17,62 @@ from cube_ray.engines.base import (
 )
 from cube_ray.engines.registry import build_engine
 from cube_ray.prompts import fresh_nonce, render_judge
-from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
+from cube_ray.stages._base import (
+    INPUT_HASH,
+    RAW_MAX_CHARS,
+    EngineFactory,
+    Stage,
+    capped,
+)
 
-__all__ = ["SCORES_OUT_SCHEMA", "STATUS_NO_ANSWER", "JudgeStage"]
+__all__ = [
+    "SCORES_OUT_SCHEMA",
+    "STATUS_INVALID_SCORE",
+    "STATUS_NO_ANSWER",
+    "JudgeStage",
+]
 
 SCORES_OUT_SCHEMA = pa.unify_schemas([schema.SCORES_SCHEMA, schema.SCORES_EXTRA])
 """Columns of the ``scores/`` table the pipeline writes."""
 STATUS_NO_ANSWER = "no_answer"
 """Score status when there is no answer to judge (the answer failed)."""
+STATUS_INVALID_SCORE = "invalid_score"
+"""Score status when an engine calls a score valid that is not a number in
+0..10 (NaN, infinite, out of range): the row keeps no score."""
+
+
+def checked(res: ScoreResult) -> ScoreResult:
+    """A scored result whose score is a finite number in 0..10, else ``invalid_score``.
+
+    Whatever engine scored the row, ``status=ok`` never comes with a NaN.
+
+    >>> checked(ScoreResult(7.5, status="ok")).status
+    'ok'
+    >>> r = checked(ScoreResult(float("nan"), status="ok", raw="x"))
+    >>> r.score, r.status, r.raw
+    (None, 'invalid_score', 'x [score nan is not in 0..10]')
+    >>> checked(ScoreResult(None, status="parse_error")).status
+    'parse_error'
+    """
+    if res.status not in SCORED_STATUSES:
+        return res
+    score = res.score
+    if (
+        isinstance(score, int | float)
+        and not isinstance(score, bool)
+        and math.isfinite(score)
+        and 0.0 <= score <= 10.0
+    ):
+        return res
+    note = f"[score {score!r} is not in 0..10]"
+    return ScoreResult(
+        None,
+        status=STATUS_INVALID_SCORE,
+        raw=f"{res.raw} {note}" if res.raw else note,
+        prompt_tokens=res.prompt_tokens,
+        completion_tokens=res.completion_tokens,
+        latency_s=res.latency_s,
+    )
 
 
 class JudgeStage(Stage):
@@ -117,8 +166,13 @@ class JudgeStage(Stage):
         )
         got = self._judge_items(items) if items else []
         results = [ScoreResult(None, status=STATUS_NO_ANSWER)] * len(rows)
+        if len(got) != len(todo):
+            msg = (
+                f"judge {self._judge!r} returned {len(got)} scores for {len(todo)} rows"
+            )
+            raise RuntimeError(msg)
         for i, res in zip(todo, got, strict=True):
-            results[i] = res
+            results[i] = checked(res)
         cols: dict[str, Any] = {
             schema.QUESTION_ID: [r[schema.QUESTION_ID] for r in rows],
             schema.SYSTEM: [r[schema.SYSTEM] for r in rows],
@@ -128,7 +182,7 @@ class JudgeStage(Stage):
                 res.score if res.status in SCORED_STATUSES else None for res in results
             ],
             schema.STATUS: [res.status for res in results],
-            schema.RAW: [res.raw for res in results],
+            schema.RAW: [capped(res.raw, RAW_MAX_CHARS) for res in results],
             schema.PROMPT_TOKENS: [res.prompt_tokens for res in results],
             schema.COMPLETION_TOKENS: [res.completion_tokens for res in results],
             schema.LATENCY_S: [res.latency_s for res in results],

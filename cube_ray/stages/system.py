@@ -9,7 +9,13 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.stages._base import INPUT_HASH, EngineFactory, Stage
+from cube_ray.stages._base import (
+    ANSWER_MAX_CHARS,
+    INPUT_HASH,
+    EngineFactory,
+    Stage,
+    capped,
+)
 from cube_ray.stages.generate import ANSWERS_OUT_SCHEMA
 from cube_ray.systems.base import QuestionIn, SystemAnswer, SystemUnderTest
 
@@ -131,7 +137,10 @@ class SystemStage(Stage):
             schema.DOC_ID: [r[schema.DOC_ID] for r in rows],
             schema.SYSTEM: [self._name] * len(rows),
             schema.ANSWER: [
-                a.answer if a.status == schema.STATUS_OK else None for a in answers
+                capped(a.answer, ANSWER_MAX_CHARS)
+                if a.status == schema.STATUS_OK
+                else None
+                for a in answers
             ],
             schema.RETRIEVED_DOC_IDS: [list(a.retrieved_doc_ids) for a in answers],
             schema.RANK: [

@@ -27,8 +27,13 @@ Retrieved ids are de-duplicated keeping the first (best) position, since a
 service that splits documents into chunks may return several chunks of one
 document. Failures are recorded per question in ``status``: ``timeout``,
 ``connection_error``, ``http_<code>``, ``invalid_json``, ``service_code_<code>``,
-``no_answer_in_response`` (retried: timeouts, connection errors, 429, 5xx and
-invalid JSON, with exponential backoff and jitter; ``Retry-After`` wins).
+``no_answer_in_response``, ``response_too_large``, ``error`` (retried:
+timeouts, connection errors, 429, 5xx and invalid JSON, with exponential
+backoff and jitter; ``Retry-After`` wins). ``timeout_s`` bounds each attempt
+as a whole, body included, and a reply over
+:data:`~cube_ray.http_reply.MAX_REPLY_BYTES` is not read
+(:mod:`cube_ray.http_reply`); whatever a reply holds (invalid or deeply nested
+JSON, bytes that do not decode, a wrong shape) marks its own question only.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import email.utils
+import json
 import logging
 import random
 import re
@@ -46,6 +52,7 @@ from typing import Any
 
 from cube_ray.env import expand_env
 from cube_ray.errors import ConfigError, MissingDependencyError
+from cube_ray.http_reply import send_bounded
 from cube_ray.systems.base import QuestionIn, SystemAnswer
 from cube_ray.systems.config import HttpSystemConfig
 
@@ -265,7 +272,17 @@ class HttpSystem:
 
             async def one(q: QuestionIn) -> SystemAnswer:
                 async with sem:
-                    return await self._ask(client, q)
+                    try:
+                        return await self._ask(client, q)
+                    except Exception as exc:
+                        # One reply, whatever it holds, marks its question only.
+                        log.warning(
+                            "system %s: question %s failed: %s",
+                            self.name,
+                            q.question_id,
+                            type(exc).__name__,
+                        )
+                        return SystemAnswer(None, status="error")
 
             return list(await asyncio.gather(*(one(q) for q in questions)))
 
@@ -304,16 +321,25 @@ class HttpSystem:
 
     async def _attempt(self, client: Any, body: dict[str, Any]) -> _Outcome:
         httpx = self._httpx
+        timeout_s = self._config.timeout_s
         try:
+            # The deadline bounds the whole attempt (a reply trickling in byte by
+            # byte); httpx alone times each read.
             if self._config.method == "GET":
                 params = {k: v for k, v in body.items() if not isinstance(v, dict)}
-                resp = await client.get(self._url, params=params)
+                resp = await send_bounded(
+                    client, "GET", self._url, timeout_s=timeout_s, params=params
+                )
             else:
-                resp = await client.post(self._url, json=body)
-        except httpx.TimeoutException:
+                resp = await send_bounded(
+                    client, "POST", self._url, timeout_s=timeout_s, json=body
+                )
+        except (httpx.TimeoutException, asyncio.TimeoutError):
             return _Outcome(SystemAnswer(None, status="timeout"), retry=True)
         except httpx.TransportError:
             return _Outcome(SystemAnswer(None, status="connection_error"), retry=True)
+        except httpx.HTTPError:  # DecodingError: a body that does not decompress
+            return _Outcome(SystemAnswer(None, status="invalid_json"), retry=True)
         code = resp.status_code
         if code == 429 or code >= 500:
             return _Outcome(
@@ -323,9 +349,12 @@ class HttpSystem:
             )
         if code >= 400:
             return _Outcome(SystemAnswer(None, status=f"http_{code}"))
+        if resp.too_large:
+            return _Outcome(SystemAnswer(None, status="response_too_large"))
         try:
-            data = resp.json()
-        except ValueError:
+            data = json.loads(resp.body)
+        # UnicodeDecodeError is a ValueError; RecursionError: deeply nested JSON.
+        except (ValueError, RecursionError):
             return _Outcome(SystemAnswer(None, status="invalid_json"), retry=True)
         return _Outcome(self._parse(data))
 
