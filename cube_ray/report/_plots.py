@@ -39,10 +39,18 @@ def _figure(width: float, height: float) -> Any:
 
 def _png(fig: Any) -> bytes:
     import matplotlib as mpl
+    from matplotlib.text import Text
 
     buf = io.BytesIO()
+    # Names and answers are text, never mathtext: a "$...$" in a system or
+    # judge name must not be parsed (an invalid one crashed the report). Texts
+    # made so far are switched off here, those made while drawing (new tick
+    # labels) by the rc setting.
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+    rc = {"font.family": _FONTS, "text.parse_math": False}
     # Glyph warnings (a CJK label without a CJK font) must not abort a report.
-    with warnings.catch_warnings(), mpl.rc_context({"font.family": _FONTS}):
+    with warnings.catch_warnings(), mpl.rc_context(rc):
         warnings.simplefilter("ignore")
         fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()

@@ -266,24 +266,53 @@ def render_html(
     )
 
 
-_MD_SPECIAL = re.compile(r"[\\`|<>*]|&(?=#?\w+;)")
-"""Characters that would start Markdown or HTML syntax inside a cell."""
+_MD_SPECIAL = re.compile(
+    r"[\\`|<>*~$]|\](?=[(\[])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|&(?=#?\w+;)"
+)
+"""What would start Markdown or HTML syntax inside a cell: emphasis (``*``,
+``_`` at a word's edge), code, tables, tags and autolinks, strikethrough, math
+(``$``), entities, and a ``]`` that closes link text (before ``(`` or ``[``).
+With that ``]`` escaped no link or image can form (``![x](http://…)`` stays
+text and fetches nothing); a lone ``[x]`` or ``(y)`` is inert, so it is left
+as written."""
+_MD_LINE_START = re.compile(r"^(?:[#+=\[-]|\d{1,9}(?=[.)](?:\s|$)))")
+"""What starts a heading, list, rule or link definition when it opens a line."""
 
 
-def _md_cell(cell: Cell, limit: int = 160) -> str:
+def _md_cell(cell: Cell, limit: int = 160, *, line: bool = False) -> str:
     r"""One table cell (or line) of plain text as Markdown: one line, literal.
 
     Newlines collapse to spaces and Markdown/HTML syntax is backslash-escaped
     (not HTML-escaped: ``&lt;`` would show as such in a text viewer), so a
-    pipe, a tag or a backtick in an answer cannot break the table.
+    pipe, a tag, a backtick, a link or an image in an answer cannot break the
+    table or fetch anything. ``line``: the text opens a line (a paragraph),
+    where a leading ``#``, ``-``, ``+``, ``=``, ``[`` or ``1.`` is escaped too.
 
     >>> print(_md_cell("<question>\nA | B `x` &amp; *y*"))
     \<question\> A \| B \`x\` \&amp; \*y\*
+    >>> print(_md_cell("![x](http://t.example/p.png) [a][r] ~~s~~ $x$ _e_ a_b"))
+    ![x\](http://t.example/p.png) [a\][r] \~\~s\~\~ \$x\$ \_e\_ a_b
+    >>> print(_md_cell("[0.12, 0.50]"), _md_cell("judge(s)"))
+    [0.12, 0.50] judge(s)
+    >>> [_md_cell(t, line=True) for t in ("# h", "- x", "12. y", "1.5 z", "[r]: u")]
+    ['\\# h', '\\- x', '12\\. y', '1.5 z', '\\[r]: u']
+    >>> _md_cell("-0.25")  # a table cell: only a line start is escaped
+    '-0.25'
     """
     text = cell.text if isinstance(cell, LongText) else str(cell)
     if isinstance(cell, LongText) and len(text) > limit:
         text = text[:limit] + "…"
     text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(), " ".join(text.split()))
+    # A leading "#", "-", "+", "=", "[" or "1." would make a heading, a list, a
+    # rule or a link definition (which would turn a later "[x]" into a link).
+    m = _MD_LINE_START.match(text) if line else None
+    if m:
+        end = m.end()
+        text = (
+            "\\" + text
+            if end == 1 and not text[0].isdigit()
+            else text[:end] + "\\" + text[end:]
+        )
     return text or " "
 
 
@@ -295,7 +324,7 @@ def _block_md(block: Block | Section, level: int) -> list[str]:
         return out
     if isinstance(block, Para):
         prefix = "> " if block.kind != "text" else ""
-        return [prefix + _md_cell(block.text), ""]
+        return [prefix + _md_cell(block.text, line=True), ""]
     if isinstance(block, Table):
         out = []
         if block.caption:

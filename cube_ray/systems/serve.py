@@ -18,6 +18,12 @@ Endpoints (JSON in, JSON out):
 
 Requests are answered one at a time (a lock around the system), because a
 local engine is not safe to call from several threads.
+
+Request bodies: ``Content-Length`` must be one plain decimal number; a negative,
+malformed or repeated one is refused with 400, one over 1 MiB with 413, before
+any byte of the body is read (the connection is then closed, so the unread
+body is never taken for a request). A client that stops sending is dropped
+after :data:`READ_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -39,6 +45,42 @@ log = logging.getLogger(__name__)
 _RAGFLOW = re.compile(r"^/api/v1/chats/[^/]+/completions$")
 _OPENAI = re.compile(r"^(/v1|/api/v1/chats_openai/[^/]+)/chat/completions$")
 _MAX_BODY = 1 << 20
+_LENGTH = re.compile(r"[0-9]{1,12}")
+READ_TIMEOUT_S = 30.0
+"""Seconds a connection may stay silent (a body shorter than its length)."""
+
+
+def body_length(values: list[str] | None) -> int | None:
+    """The request body's length from its ``Content-Length`` headers.
+
+    None when absent (an empty body); raises ``ValueError`` when not one
+    plain non-negative decimal number (``-1``, ``1e3``, ``0x10``, two
+    different values).
+
+    >>> body_length(["12"]), body_length(None), body_length(["7", "7"])
+    (12, None, 7)
+    >>> for bad in (["-1"], ["abc"], [" 1 2"], ["+5"], ["1", "2"], ["\u0661"]):
+    ...     try:
+    ...         body_length(bad)
+    ...     except ValueError as exc:
+    ...         print(exc)
+    Content-Length '-1' is not a non-negative decimal number
+    Content-Length 'abc' is not a non-negative decimal number
+    Content-Length ' 1 2' is not a non-negative decimal number
+    Content-Length '+5' is not a non-negative decimal number
+    Content-Length given twice with different values
+    Content-Length '١' is not a non-negative decimal number
+    """
+    if not values:
+        return None
+    if len(set(values)) > 1:
+        msg = "Content-Length given twice with different values"
+        raise ValueError(msg)
+    value = values[0].strip(" \t")
+    if not _LENGTH.fullmatch(value):
+        msg = f"Content-Length {values[0]!r} is not a non-negative decimal number"
+        raise ValueError(msg)
+    return int(value)
 
 
 class RagHttpServer(ThreadingHTTPServer):
@@ -86,6 +128,7 @@ def _chunks(answer: SystemAnswer) -> list[dict[str, Any]]:
 class _Handler(BaseHTTPRequestHandler):
     server: RagHttpServer
     protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - " + format, self.address_string(), *args)
@@ -105,10 +148,19 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": f"no such endpoint: GET {self.path}"})
 
+    def _refuse(self, code: int, error: str) -> None:
+        # The body is left unread: close, so it is never parsed as a request.
+        self.close_connection = True
+        self._send(code, {"error": error})
+
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = body_length(self.headers.get_all("Content-Length")) or 0
+        except ValueError as exc:
+            self._refuse(400, str(exc))
+            return
         if length > _MAX_BODY:
-            self._send(413, {"error": "request body too large"})
+            self._refuse(413, f"request body too large (limit {_MAX_BODY} bytes)")
             return
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
