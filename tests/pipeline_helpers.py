@@ -136,3 +136,58 @@ def make_driver(tmp: Path, **ray_opts: Any) -> pipeline._Driver:
     cfg = fake_config(tmp, corpus, qa, ray_options=ray_opts)
     options = RunOptions(run_dir=tmp / "run", progress=False, report=False)
     return pipeline._Driver(RunConfig.from_yaml(cfg), options)
+
+
+NCP = ROOT.parent / "shared" / "data" / "ncp_policy_qa"
+"""Human-written NCP policy questions with gold documents (research use only:
+read by path, never copied into the package; see shared/data/README.md)."""
+
+
+def ncp_subset(tmp: Path, n: int, *, max_chars: int = 300) -> tuple[Path, Path]:
+    """The first ``n`` NCP questions whose gold document is short, with their
+    documents, written to ``tmp``; returns (corpus, questions). Skips the test
+    with the reason when the NCP folder is absent."""
+    import pytest
+
+    if not (NCP / "corpus.jsonl").is_file() or not (NCP / "queries.jsonl").is_file():
+        pytest.skip(f"NCP policy QA data not found at {NCP} (shared/data absent)")
+    docs = {}
+    for line in (NCP / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        docs[rec["doc_id"]] = rec
+    picked: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for line in (NCP / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        q = json.loads(line)
+        doc = docs.get(q["gold_doc_id"])
+        if doc is None or len(doc["text"]) > max_chars or q["gold_doc_id"] in used:
+            continue
+        used.add(q["gold_doc_id"])
+        picked.append(q)
+        if len(picked) == n:
+            break
+    corpus = tmp / "ncp_corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps(docs[d], ensure_ascii=False) + "\n" for d in sorted(used)),
+        encoding="utf-8",
+    )
+    questions = tmp / "ncp_queries.jsonl"
+    questions.write_text(
+        "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in picked),
+        encoding="utf-8",
+    )
+    return corpus, questions
+
+
+def ncp_config_sections(corpus: Path, questions: Path) -> dict[str, Any]:
+    """The ``corpus`` and ``questions`` sections for NCP (as in conf/ncp.yaml)."""
+    return {
+        "corpus": {"path": str(corpus), "id_field": "doc_id", "fields": ["text"]},
+        "questions": {
+            "source": "file",
+            "path": str(questions),
+            "question_id_field": "query_id",
+            "doc_id_field": "gold_doc_id",
+            "reference_answer_field": "answer",
+        },
+    }

@@ -22,7 +22,7 @@ import pyarrow as pa
 from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.corpus import iter_document_batches, stable_hash
-from cube_ray.errors import CubeRayError
+from cube_ray.errors import CubeRayError, InputError
 from cube_ray.pipeline.method import DOCUMENTS, QUESTIONS
 from cube_ray.pipeline.parts import (
     PartWriter,
@@ -140,16 +140,28 @@ class Intake:
             .select(schema.DOC_ID)
             .collect()[schema.DOC_ID]
         )
+        known = set(ids.to_list())
+        limit = self.options.limit
         frame = load_question_file(
             qcfg.path,
             question_field=qcfg.question_field,
             doc_id_field=qcfg.doc_id_field,
             id_field=qcfg.question_id_field,
             reference_answer_field=qcfg.reference_answer_field,
-            known_doc_ids=set(ids.to_list()),
+            # Under a limit most gold documents are legitimately not staged.
+            known_doc_ids=known if limit is None else None,
         )
-        if self.options.limit is not None:
-            frame = frame.head(self.options.limit)
+        if limit is not None:
+            # A trial run: the questions about the first N documents.
+            frame = frame.filter(pl.col(schema.DOC_ID).is_in(list(known)))
+            frame = frame.head(limit)
+            if frame.height == 0:
+                msg = (
+                    f"no question's gold document is among the first {limit} "
+                    "corpus documents (--limit / corpus.limit); raise the limit "
+                    "or put those documents first in the corpus"
+                )
+                raise InputError(msg, path=str(qcfg.path), field=qcfg.doc_id_field)
         digest = stable_hash(file_digest(qcfg.path))
         n = frame.height
         # Latency and token columns stay null: nobody generated these questions.
