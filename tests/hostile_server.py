@@ -10,6 +10,7 @@ test does not write). Every reply is real bytes on a real socket.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import threading
@@ -35,13 +36,12 @@ def _score_reply(logprob: str, *, token: str = "7") -> bytes:
     top = ", ".join(
         f'{{"token": "{t}", "logprob": {logprob}}}' for t in (token, "8", "3")
     )
-    return (
-        '{"choices": [{"message": {"role": "assistant", "content": "%s"}, '
-        '"logprobs": {"content": [{"token": "%s", "logprob": %s, '
-        '"top_logprobs": [%s]}]}}], '
-        '"usage": {"prompt_tokens": 5, "completion_tokens": 1}}'
-        % (token, token, logprob, top)
-    ).encode()
+    message = {"role": "assistant", "content": token}
+    head = json.dumps({"message": message})[:-1]  # the choice, left open
+    step = f'{{"token": "{token}", "logprob": {logprob}, "top_logprobs": [{top}]}}'
+    usage = '"usage": {"prompt_tokens": 5, "completion_tokens": 1}'
+    choice = f'{head}, "logprobs": {{"content": [{step}]}}}}'
+    return f'{{"choices": [{choice}], {usage}}}'.encode()
 
 
 def _ok_score() -> bytes:
@@ -107,6 +107,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
+    def do_GET(self) -> None:
+        # The preflight's readiness probe of an HTTP model endpoint.
+        if self.path.endswith("/models"):
+            self._send(200, b'{"object": "list", "data": [{"id": "hostile"}]}')
+        else:
+            self._send(404, b'{"error": "not found"}')
+
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = raw.decode("utf-8", errors="replace")
@@ -114,10 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.auth.append(self.headers.get("Authorization"))
         name = self.server.pick(body)
         judge = self.path.endswith("/chat/completions")
-        try:
+        # The client may stop reading (a too-large or too-slow reply).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._behave(name, judge=judge, body=body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client stopped reading (a too-large or too-slow reply)
 
     def _send(
         self,

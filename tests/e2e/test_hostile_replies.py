@@ -78,9 +78,7 @@ def test_judge_stage_gives_every_hostile_reply_its_own_status(
             backoff_max_s=0.01,
             parse_retries=1,
         )
-        stage = JudgeStage(
-            "hostile", engine, rubrics={"relevance": "Is it relevant?"}
-        )
+        stage = JudgeStage("hostile", engine, rubrics={"relevance": "Is it relevant?"})
         started = time.monotonic()
         out = stage(_judge_batch(markers))
         elapsed = time.monotonic() - started
