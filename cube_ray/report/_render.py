@@ -352,10 +352,10 @@ def render_markdown(
 ) -> str:
     """The same sections as Markdown (plots are listed, tables kept)."""
     lines = [f"# {_md_cell(title)}", ""]
-    lines += [*(f"{_md_cell(m)}  " for m in meta), ""]
+    lines += [*(f"{_md_cell(m, line=True)}  " for m in meta), ""]
     for section in sections:
         lines += [f"## {_md_cell(section.title)}", ""]
         for b in section.blocks:
             lines.extend(_block_md(b, 3))
-    lines += ["---", _md_cell(footer), ""]
+    lines += ["---", _md_cell(footer, line=True), ""]
     return "\n".join(lines)
