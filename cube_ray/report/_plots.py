@@ -48,9 +48,11 @@ def _png(fig: Any) -> bytes:
     # labels) by the rc setting.
     for text in fig.findobj(Text):
         text.set_parse_math(False)
-    rc = {"font.family": _FONTS, "text.parse_math": False}
     # Glyph warnings (a CJK label without a CJK font) must not abort a report.
-    with warnings.catch_warnings(), mpl.rc_context(rc):
+    with (
+        warnings.catch_warnings(),
+        mpl.rc_context({"font.family": _FONTS, "text.parse_math": False}),
+    ):
         warnings.simplefilter("ignore")
         fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
