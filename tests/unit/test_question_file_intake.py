@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,3 +60,51 @@ def test_question_file_is_staged_with_the_full_questions_schema(
 def test_questions_table_refuses_a_missing_required_column() -> None:
     with pytest.raises(ValueError, match="required column 'question_id'"):
         questions_table({schema.DOC_ID: ["d"], schema.QUESTION: ["q"]})
+
+
+def _driver(
+    tmp_path: Path, limit: int | None
+) -> tuple[pipeline._Driver, list[dict[str, Any]]]:
+    corpus, questions = ncp_subset(tmp_path, 5)
+    picked = [json.loads(x) for x in questions.read_text(encoding="utf-8").splitlines()]
+    cfg = fake_config(
+        tmp_path,
+        corpus,
+        make_qa_file(tmp_path, [q["query_id"] for q in picked]),
+        extra=ncp_config_sections(corpus, questions),
+    )
+    options = RunOptions(
+        run_dir=tmp_path / "run", progress=False, report=False, limit=limit
+    )
+    return pipeline._Driver(RunConfig.from_yaml(cfg), options), picked
+
+
+def test_limit_keeps_the_questions_about_the_first_documents(tmp_path: Path) -> None:
+    driver, picked = _driver(tmp_path, 2)
+    staged = driver.stage_documents()
+    first = sorted(q["gold_doc_id"] for q in picked)[:2]  # the corpus is sorted
+    assert staged[2] is not None
+    assert sorted(staged[2].column(schema.DOC_ID).to_pylist()) == first
+    driver.documents(staged)
+    assert driver.n_questions == 2
+
+
+def test_limit_with_no_question_on_the_first_documents_is_one_error(
+    tmp_path: Path,
+) -> None:
+    from cube_ray.errors import InputError
+
+    driver, picked = _driver(tmp_path, 1)
+    # Only questions about documents past the first remain in the file.
+    first = sorted(q["gold_doc_id"] for q in picked)[0]
+    path = tmp_path / "ncp_queries.jsonl"
+    keep = [q for q in picked if q["gold_doc_id"] != first]
+    path.write_text(
+        "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in keep),
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError, match="first 1 corpus documents") as err:
+        driver.stage_documents()
+    assert f"file {path}" in str(err.value)
+    assert "field 'gold_doc_id'" in str(err.value)
+    assert not (tmp_path / "run").exists()
