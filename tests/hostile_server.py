@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import quote
 
 MARKER = re.compile(r"\[\[([a-z0-9_]+)\]\]")
 
@@ -174,6 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
             "huge": self._huge,
             "drip": self._drip,
             "echo": self._echo,
+            "textecho": self._text_echo,
         }
         behaviours[name]()
 
@@ -202,6 +204,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(1.0)
         self.wfile.write(b"{}")
+
+    def _text_echo(self) -> None:
+        """A 200 whose reply text holds the key, URL-encoded and in base64."""
+        auth = self.headers.get("Authorization") or ""
+        key = auth.removeprefix("Bearer ")
+        b64 = base64.b64encode(f"key={key};".encode()).decode()
+        text = f"I got {quote(key, safe='')} and {b64}"
+        payload = {"choices": [{"message": {"role": "assistant", "content": text}}]}
+        self._send(200, json.dumps(payload).encode())
 
     def _echo(self) -> None:
         """A 500 whose body echoes the Authorization header, plain and base64."""

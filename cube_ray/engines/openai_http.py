@@ -307,7 +307,7 @@ class OpenAIHttpEngine:
         replies = self._batch(prompts, body, score=False)
         out = []
         for reply in replies:
-            text = reply.text if reply.status == "ok" else None
+            text = self._scrub(reply.text) if reply.status == "ok" else None
             out.append(
                 Generation(
                     text,
@@ -357,10 +357,9 @@ class OpenAIHttpEngine:
             return {"logprobs": True, "top_logprobs": cfg.top_logprobs}
         return {"logprobs": cfg.top_logprobs}
 
-    @staticmethod
-    def _common(reply: _Reply) -> dict[str, Any]:
+    def _common(self, reply: _Reply) -> dict[str, Any]:
         return {
-            "raw": reply.text if reply.status == "ok" else reply.detail,
+            "raw": self._scrub(reply.text) if reply.status == "ok" else reply.detail,
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,
             "latency_s": reply.latency_s,
@@ -430,7 +429,7 @@ class OpenAIHttpEngine:
                     one_then_zero=read.one_then_zero,
                     min_mass=cfg.min_score_mass,
                 )
-                common["raw"] = got.raw
+                common["raw"] = self._scrub(got.raw)
                 out.append(ScoreResult(got.score, status=got.status, **common))
         return out
 
@@ -446,8 +445,13 @@ class OpenAIHttpEngine:
             for status in statuses:
                 self.usage.statuses[status] = self.usage.statuses.get(status, 0) + 1
 
+    def _scrub(self, text: str | None) -> str | None:
+        """A reply's text without the key (a hostile server may echo it)."""
+        return None if text is None else redact(text, self._key)
+
     def _redact(self, text: str) -> str:
-        # The key also in its base64 and URL-encoded forms (credentials.redact).
+        # The key also in its base64 and URL-encoded forms (credentials.redact),
+        # masked before the cut so no part of it survives at the edge.
         return redact(text, self._key)[:RAW_MAX_CHARS]
 
     def _batch(
@@ -653,7 +657,9 @@ class OpenAIHttpEngine:
             AttributeError,
             RecursionError,
         ) as exc:
-            text = body[:RAW_MAX_CHARS].decode("utf-8", errors="replace")
+            # Enough of the body that a key starting in the kept part is whole
+            # when it is masked (in _redact, before the cut).
+            text = body[: 8 * RAW_MAX_CHARS].decode("utf-8", errors="replace")
             return _Reply(
                 None,
                 status="malformed_response",

@@ -41,6 +41,7 @@ JUDGE_CASES = {
     "gzip": "malformed_response",  # httpx.DecodingError
     "huge": "response_too_large",
     "echo": "http_error",  # a 500 echoing the key
+    "textecho": "parse_error",  # a 200 whose text holds the key, encoded
     "drip": "timeout",  # one byte a second
 }
 
@@ -108,10 +109,14 @@ def test_judge_stage_gives_every_hostile_reply_its_own_status(
     # 5xx is retried; its body (which echoed the key) is kept as its length.
     assert hits["echo"] == 2
     assert re.fullmatch(r"HTTP 500 \(\d+ bytes\)", by["echo"][schema.RAW])
+    # The key is masked wherever a reply's text is kept, in every form.
+    assert "***" in by["textecho"][schema.RAW]
     for r in rows:
         raw = r[schema.RAW] or ""
         assert KEY not in raw
-        assert base64.b64encode(f"Bearer {KEY}".encode()).decode()[8:30] not in raw
+        assert KEY[3:-3] not in raw  # URL-encoding leaves this key as is
+        for text in (f"Bearer {KEY}", f"key={KEY};"):
+            assert base64.b64encode(text.encode()).decode()[12:36] not in raw
         assert len(raw) <= RAW_MAX_CHARS + 60
     # A row without valid logprobs says so; none raised an OverflowError.
     assert "no score token has logprobs" in by["big"][schema.RAW]
