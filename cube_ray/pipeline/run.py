@@ -22,7 +22,9 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -512,21 +514,22 @@ def _run_stages(
         }
         _atomic_json(manifest_path, manifest)
         # From here on the manifest exists: whatever stops the run (a stage
-        # error, a crash, Ctrl-C) leaves it `failed` with the error, never
-        # `running`.
+        # error, a crash, Ctrl-C, SIGTERM from `ray job stop`) leaves it
+        # `failed` with the error, never `running`.
         try:
-            import ray.data
+            with _sigterm_raises():
+                import ray.data
 
-            ctx = ray.data.DataContext.get_current()
-            ctx.enable_progress_bars = False
-            ctx.print_on_execution_start = False
-            ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
-            try:
-                driver.run_graph(corpus_fp)
-            finally:
-                engines = driver.engines.stats()
-                driver.engines.close()
-            summary = _summarize_beside_driver(config, run_dir)
+                ctx = ray.data.DataContext.get_current()
+                ctx.enable_progress_bars = False
+                ctx.print_on_execution_start = False
+                ctx.shuffle_input_batch_bytes = config.ray.shuffle_batch_mb * 2**20
+                try:
+                    driver.run_graph(corpus_fp)
+                finally:
+                    engines = driver.engines.stats()
+                    driver.engines.close()
+                summary = _summarize_beside_driver(config, run_dir)
         except BaseException as exc:
             _record_failed(manifest_path, config, started, exc)
             raise
@@ -607,6 +610,41 @@ def _record_stop(
     manifest.update({"status": status, "error": error, "stopped": _utc()})
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_json(path, manifest)
+
+
+class Terminated(SystemExit):
+    """SIGTERM reached the driver (``ray job stop``, a scheduler, ``kill``).
+
+    A ``SystemExit`` with the shell's code for it (143), so the process ends as
+    a terminated one would, after the manifest says ``failed``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+    def __str__(self) -> str:
+        return "terminated by SIGTERM"
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (main thread only).
+
+    Python's default SIGTERM ends the process without unwinding, which would
+    leave the manifest ``running``; the previous handler is restored after.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _record_failed(

@@ -159,3 +159,57 @@ def test_a_crash_after_the_manifest_leaves_it_failed_with_the_error(
     assert manifest["error"] == "KeyError: 'latency_s'"
     assert manifest["stopped"]
     assert not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_during_a_run_leaves_the_manifest_failed(tmp_path: Path) -> None:
+    """``ray job stop`` sends SIGTERM to the driver: the run unwinds (Ray shut
+    down, engines closed) and says so in its manifest, exit code 143."""
+    import signal
+    import time
+
+    corpus, ids = make_corpus(tmp_path, 8)
+    cfg = fake_config(
+        tmp_path,
+        corpus,
+        make_qa_file(tmp_path, ids),
+        judges=1,
+        judge_latency=3.0,  # a slow judge stage: time to stop it midway
+        judge_batch=2,
+    )
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cube_ray.cli",
+            "run",
+            str(cfg),
+            "--out",
+            str(run_dir),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 400
+        # Wait until the judge stage has written something: mid-run.
+        while not part_files(run_dir / "scores"):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["status"] == "running"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err[-3000:]
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "failed"
+    assert manifest["error"] == "Terminated: terminated by SIGTERM"
+    assert not (run_dir / "summary.json").exists()
