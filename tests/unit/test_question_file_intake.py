@@ -108,3 +108,15 @@ def test_limit_with_no_question_on_the_first_documents_is_one_error(
     assert f"file {path}" in str(err.value)
     assert "field 'gold_doc_id'" in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_shipped_ncp_config_reads_the_ncp_files() -> None:
+    from tests.pipeline_helpers import NCP, ROOT
+
+    cfg = RunConfig.from_yaml(ROOT / "conf" / "ncp.yaml")
+    assert cfg.questions.source == "file"
+    assert cfg.questions.question_id_field == "query_id"
+    assert cfg.questions.doc_id_field == "gold_doc_id"
+    assert Path(cfg.corpus.path).resolve() == (NCP / "corpus.jsonl").resolve()
+    assert cfg.questions.path is not None
+    assert Path(cfg.questions.path).resolve() == (NCP / "queries.jsonl").resolve()
