@@ -203,3 +203,44 @@ def test_stored_answer_is_capped(tmp_path: Any) -> None:
     assert row[schema.STATUS] == "ok"
     assert row[schema.ANSWER].startswith("长" * ANSWER_MAX_CHARS + " [cut: 1000000")
     assert len(row[schema.ANSWER]) < ANSWER_MAX_CHARS + 60
+
+
+def test_an_unforeseen_error_in_one_request_marks_its_row_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Whatever else one request raises (a bug, a library surprise) is the
+    ``error`` status of its own row; the batch's other rows are answered."""
+    from cube_ray.engines.openai_http import OpenAIHttpEngine
+    from cube_ray.systems.http import HttpSystem
+
+    real_one = OpenAIHttpEngine._one
+    real_ask = HttpSystem._ask
+
+    async def one(self: Any, client: Any, prompt: str, *a: Any, **k: Any) -> Any:
+        if "[[crash]]" in prompt:
+            raise RuntimeError("surprise")
+        return await real_one(self, client, prompt, *a, **k)
+
+    async def ask(self: Any, client: Any, question: Any) -> Any:
+        if "[[crash]]" in question.question:
+            raise RuntimeError("surprise")
+        return await real_ask(self, client, question)
+
+    monkeypatch.setattr(OpenAIHttpEngine, "_one", one)
+    monkeypatch.setattr(HttpSystem, "_ask", ask)
+    with hostile_server() as server:
+        engine = OpenAIHttpEngineConfig(
+            base_url=server.url + "/v1", model="hostile", max_retries=0
+        )
+        judge = JudgeStage("hostile", engine, rubrics={"relevance": "r"})
+        scored = judge(_judge_batch(["ok", "crash", "ok"])).to_pylist()
+        judge.close()
+        system = SystemStage(
+            HttpSystemConfig(name="rag", url=server.url + "/v1/answer", max_retries=0),
+            documents_path=str(tmp_path),
+        )
+        answered = system(_system_batch(["ok", "crash", "ok"])).to_pylist()
+        system.close()
+    assert [r[schema.STATUS] for r in scored] == ["ok", "error", "ok"]
+    assert scored[1][schema.RAW] == "RuntimeError: surprise"
+    assert [r[schema.STATUS] for r in answered] == ["ok", "error", "ok"]
