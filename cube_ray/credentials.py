@@ -11,6 +11,7 @@ a config is printed (:func:`mask`).
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -171,7 +172,8 @@ _MIN_CORE = 8
 """Shortest base64 run of a key that is redacted (shorter ones match by chance)."""
 
 
-def _encoded_forms(secret: str) -> list[str]:
+@functools.lru_cache(maxsize=16)
+def _encoded_forms(secret: str) -> tuple[str, ...]:
     """The texts that give ``secret`` away: itself, URL- and base64-encoded.
 
     A base64 text that contains the key somewhere (``user:KEY``, ``Bearer
@@ -193,7 +195,8 @@ def _encoded_forms(secret: str) -> list[str]:
         if len(core) >= _MIN_CORE:
             forms.add(core)
             forms.add(base64.urlsafe_b64encode(part).decode())
-    return sorted(forms, key=len, reverse=True)
+    # Longest first: a form that contains another is masked whole.
+    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def redact(text: str, secret: str | None) -> str:
