@@ -571,6 +571,7 @@ class RunConfig(StrictModel):
         problems = [
             *_aggregate_k_problems(self),
             *_weights_problems(self),
+            *_dimension_weight_problems(self),
             *_judge_problems(self),
             *_file_problems(self),
         ]
@@ -725,10 +726,21 @@ class RunConfig(StrictModel):
         """
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            msg = f"cannot read config file {str(p)!r}: {exc}"
+            raw = p.read_bytes()
+        except OSError as exc:
+            msg = f"cannot read config file {str(p)!r}: {exc.strerror or exc}"
             raise ConfigError(msg) from exc
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            msg = (
+                f"config file {str(p)!r} is not UTF-8: byte 0x{raw[exc.start]:02x} "
+                f"at line {line} is not valid UTF-8 (the file looks like Latin-1 "
+                "or another legacy encoding); save it as UTF-8, e.g. iconv -f "
+                f"latin1 -t utf-8 {p.name} > {p.stem}.utf8{p.suffix}"
+            )
+            raise ConfigError(msg) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -869,6 +881,22 @@ def _weights_problems(config: RunConfig) -> list[str]:
     else:
         check_map(weights, "aggregate.weights")
     return problems
+
+
+def _dimension_weight_problems(config: RunConfig) -> list[str]:
+    """A dimension ``weight`` is read only by ``aggregate.weights: fixed``."""
+    weights = config.aggregate.weights
+    if weights == "fixed":
+        return []
+    shown = repr(weights) if isinstance(weights, str) else "a mapping"
+    return [
+        f"dimensions[{i}].weight is {d.weight} but aggregate.weights is {shown}, "
+        "which ignores it (a dimension's weight is used only with "
+        "aggregate.weights: fixed); set aggregate.weights: fixed (and give every "
+        "dimension a weight), or remove the weight"
+        for i, d in enumerate(config.dimensions)
+        if d.weight is not None
+    ]
 
 
 def _judge_problems(config: RunConfig) -> list[str]:

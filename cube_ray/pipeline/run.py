@@ -42,6 +42,11 @@ from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps, rows_in_wave
 from cube_ray.pipeline.engine_pool import EnginePools, engine_id
 from cube_ray.pipeline.intake import Intake
+from cube_ray.pipeline.ownership import (
+    check_config_owner,
+    check_corpus_owner,
+    read_manifest,
+)
 from cube_ray.pipeline.method import (
     ANSWERS,
     DOCUMENTS,
@@ -89,6 +94,10 @@ class RunOptions:
     """Progress bars; None uses ``ray.progress`` of the config."""
     report: bool = True
     """Write report.html/report.md when ``cube_ray.report`` is available."""
+    update: bool = False
+    """Let a changed config or corpus update the run dir in place (changed
+    rows recomputed); without it such a run is refused
+    (``cube_ray.pipeline.ownership``)."""
     quiet: bool = False
     """Send vLLM/Ray output (and anything else written to stdout/stderr) to
     ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
@@ -421,8 +430,44 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
+    answers, scores = current_rows(config, run_dir, answers, scores)
     summary: dict[str, Any] = summarize(answers, scores, options=options)
     return summary
+
+
+def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) -> Any:
+    """The answer and score rows of the current input only.
+
+    A run dir updated in place (``--update``), or run with a smaller
+    ``--limit``, keeps rows of documents, systems, judges and dimensions the
+    config no longer has; they never reach the summary. The current questions
+    are those of the questions table whose gold document is in the documents
+    table (which always holds exactly the current corpus).
+    """
+    import polars as pl
+
+    docs = pl.scan_parquet([str(f) for f in part_files(run_dir / DOCUMENTS)])
+    questions = pl.scan_parquet([str(f) for f in part_files(run_dir / QUESTIONS)])
+    current = (
+        questions.select(schema.QUESTION_ID, schema.DOC_ID)
+        .join(docs.select(schema.DOC_ID), on=schema.DOC_ID, how="semi")
+        .select(schema.QUESTION_ID)
+        .unique()
+        .collect()
+        .to_series()
+    )
+    systems = [*schema.BOUND_SYSTEMS, *(s.name for s in config.systems)]
+    answers = answers.filter(
+        pl.col(schema.QUESTION_ID).is_in(current.implode())
+        & pl.col(schema.SYSTEM).is_in(systems)
+    )
+    scores = scores.filter(
+        pl.col(schema.QUESTION_ID).is_in(current.implode())
+        & pl.col(schema.SYSTEM).is_in(systems)
+        & pl.col(schema.JUDGE).is_in(list(config.judges))
+        & pl.col(schema.DIMENSION).is_in([d.name for d in config.dimensions])
+    )
+    return answers, scores
 
 
 def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
@@ -442,7 +487,22 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         options = dataclasses.replace(options, limit=config.corpus.limit)
     driver = _Driver(config, options)
     started = _utc()
+    manifest = read_manifest(options.run_dir)
+    if not options.update:
+        check_config_owner(options.run_dir, config, manifest)
     staged = driver.stage_documents()  # a bad corpus fails before Ray starts
+    if not options.update:
+        try:  # before any write: the run dir may be another run's
+            check_corpus_owner(
+                options.run_dir,
+                manifest,
+                fingerprint=staged[1],
+                old_documents=part_files(driver.table_dir(DOCUMENTS)),
+                new_documents=part_files(staged[0]),
+            )
+        except BaseException:
+            shutil.rmtree(staged[0], ignore_errors=True)
+            raise
     # Quiet runs send Ray's and the engines' output to a log file: beside the
     # run dir until the preflight passes (a refused run leaves the run dir
     # untouched and no file behind), then in RUN_DIR/logs/.
