@@ -279,7 +279,9 @@ def file_uses(config: RunConfig) -> list[FileUse]:
     for i, dim in enumerate(config.dimensions):
         if dim.rubric_file is not None:
             uses.append(
-                FileUse(dim.rubric_file, f"dimensions[{i}].rubric_file", _unique(judges))
+                FileUse(
+                    dim.rubric_file, f"dimensions[{i}].rubric_file", _unique(judges)
+                )
             )
     for kind, to in (
         ("question", [generator]),
@@ -301,7 +303,5 @@ def format_file_uses(uses: list[FileUse]) -> str:
       /c/r.txt  (dimensions[0].rubric_file) -> h:1 (HTTP engine)
     """
     lines = ["Files read, and where their content goes:"]
-    lines += [
-        f"  {u.path}  ({u.field}) -> {', '.join(u.destinations)}" for u in uses
-    ]
+    lines += [f"  {u.path}  ({u.field}) -> {', '.join(u.destinations)}" for u in uses]
     return "\n".join(lines)

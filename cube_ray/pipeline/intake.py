@@ -28,6 +28,7 @@ from cube_ray.pipeline.parts import (
     PartWriter,
     StageStats,
     _heal_swaps,
+    _rows_in,
     _swap_dir,
     part_files,
 )
@@ -106,7 +107,8 @@ class Intake:
         _heal_swaps(self.run_dir)
         target = self.table_dir(DOCUMENTS)
         old_fp = self._old_manifest().get("corpus_fingerprint")
-        if old_fp == fingerprint and part_files(target):
+        # Same corpus, all documents there (a part set aside as corrupt is not).
+        if old_fp == fingerprint and _rows_in(part_files(target)) == self.n_docs:
             shutil.rmtree(staging, ignore_errors=True)
         else:
             staging.mkdir(parents=True, exist_ok=True)

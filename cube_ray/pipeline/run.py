@@ -42,11 +42,6 @@ from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps, rows_in_wave
 from cube_ray.pipeline.engine_pool import EnginePools, engine_id
 from cube_ray.pipeline.intake import Intake
-from cube_ray.pipeline.ownership import (
-    check_config_owner,
-    check_corpus_owner,
-    read_manifest,
-)
 from cube_ray.pipeline.method import (
     ANSWERS,
     DOCUMENTS,
@@ -56,7 +51,19 @@ from cube_ray.pipeline.method import (
     StageSpec,
     stage_graph,
 )
-from cube_ray.pipeline.parts import _TMP_PREFIX, StageStats, _rows_in, part_files
+from cube_ray.pipeline.ownership import (
+    check_config_owner,
+    check_corpus_owner,
+    read_manifest,
+)
+from cube_ray.pipeline.parts import (
+    _TMP_PREFIX,
+    StageStats,
+    _rows_in,
+    part_files,
+    set_aside_corrupt,
+)
+from cube_ray.pipeline.retrieval_check import check_system_ids
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
@@ -316,6 +323,13 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
                 self.prepare_system(system)  # its waves come one after another
                 prepared.add(system.name)
             self.run_spec(spec, step.wave, step.waves)
+            if system is not None:  # unknown ids: stop, rather than score 0
+                check_system_ids(
+                    self.run_dir,
+                    system,
+                    answers=part_files(self.table_dir(ANSWERS)),
+                    documents=part_files(self.table_dir(DOCUMENTS)),
+                )
 
         for spec in specs:  # early ones (QA files) fail before any stage
             system = spec.extra.get("system")
@@ -549,6 +563,8 @@ def _run_stages(
         if early_log is not None and log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             early_log.replace(log_path)  # the open descriptors follow it
+        # Resume: a part file that does not read is set aside and redone.
+        set_aside_corrupt(run_dir, stamp=driver.stamp, say=_say_run)
         corpus_fp = driver.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
@@ -635,6 +651,10 @@ def _run_stages(
         report_paths,
         headline=headline,
     )
+
+
+def _say_run(text: str) -> None:
+    print(f"cube-ray: {text}", file=console(), flush=True)
 
 
 def _say_preflight(text: str) -> None:

@@ -195,7 +195,9 @@ def test_limit_and_batches(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "r.jsonl", [{"id": str(i), "name": "x"} for i in range(10)]
     )
-    batches = list(iter_document_batches(cfg(path, fields=["name"]), batch_rows=3, limit=7))
+    batches = list(
+        iter_document_batches(cfg(path, fields=["name"]), batch_rows=3, limit=7)
+    )
     assert [b.num_rows for b in batches] == [3, 3, 1]
 
 

@@ -321,7 +321,8 @@ def test_files_outside_the_config_folder_are_refused(
     assert code == 2
     assert f"config file '{path}' is invalid" in err
     assert f"{field} is " in err
-    assert "data_dirs" in err and "allow_outside_paths: true" in err
+    assert "data_dirs" in err
+    assert "allow_outside_paths: true" in err
     assert SECRET not in err
     assert not (folder / "out").exists()
     if where in ("prompt", "prompt_no_txt"):
