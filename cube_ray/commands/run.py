@@ -93,6 +93,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     from cube_ray.errors import CubeRayError
     from cube_ray.pipeline import RunOptions, run_pipeline
+    from cube_ray.preflight import check_env
+
+    check_env(config)  # an unset variable fails before Ray starts
 
     options = RunOptions(
         run_dir=run_dir,
@@ -165,7 +168,7 @@ def check_out_dir(run_dir: Path, *, flag: str = "--out") -> None:
 def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
     """What a run checks before Ray starts, without a cluster.
 
-    Environment variables are set, QA files have their columns (the question
+    Environment variables are set, QA files are valid row by row (the question
     file and the corpus are read by the plan itself), and the run dir is not
     another run's (its config; the corpus is compared when the run stages it).
 
@@ -179,5 +182,12 @@ def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
     check_env(config)
     for system in config.systems:
         system_kind(system).check(system)
+        if system.kind == "qa_file":  # every row, as the run's preparation does
+            import tempfile
+
+            from cube_ray.systems.qa_file import build_qa_index
+
+            with tempfile.TemporaryDirectory(prefix="cube-ray-dry-run-") as index:
+                build_qa_index(system, index)
     if not update:
         check_config_owner(run_dir, config.with_prompt_language())
