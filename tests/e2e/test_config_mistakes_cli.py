@@ -255,13 +255,17 @@ def test_input_mistake_is_one_message_before_any_work(
     if mistake == "broken_qa_line" and not dry_run:
         # A run reads a QA file's rows in a Ray task on the driver's node (the
         # driver holds none), so Ray has started and may have spoken first; no
-        # engine has (no call log below).
+        # engine has (no call log below), and no row beyond the documents
+        # was written.
         err = err[err.index("cube-ray: error: ") :]
+        assert not (run_dir / "questions").exists()
+        assert not (run_dir / "answers").exists()
+    else:
+        assert sorted(p.name for p in tmp_path.rglob("*")) == before
     assert err.startswith("cube-ray: error: ")
     for text in expected:
         assert text in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in tmp_path.rglob("*")) == before
     assert not calls.exists()
 
 
