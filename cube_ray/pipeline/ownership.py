@@ -80,7 +80,7 @@ def _allowed(path: str) -> bool:
 
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
@@ -95,6 +95,10 @@ def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
                 continue
             sub = f"{path}.{key}" if path else str(key)
             _diff(old.get(key), new.get(key), sub, out)
+        return
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            _diff(a, b, f"{path}[{i}]", out)
         return
     if old != new:
         out.append(f"{path} ({_short(old)} -> {_short(new)})")
@@ -125,8 +129,13 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     >>> config_differences(a, b)
     []
     >>> b["judges"]["j1"]["model"] = "other"
+    >>> b["dimensions"][0]["rubric"] = "v2"
     >>> config_differences(a, b)
     ['judges.j1.model ("m" -> "other")']
+    >>> b["dimensions"][0] = {"name": "relevance", "rubric": "v2"}
+    >>> a["dimensions"][0]["rubric"] = None
+    >>> config_differences(a, b)
+    ['judges.j1.model ("m" -> "other")', 'dimensions[0].rubric (null -> "v2")']
     """
     out: list[str] = []
     for key in [k for k in old if k in new]:

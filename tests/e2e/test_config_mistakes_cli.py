@@ -364,3 +364,86 @@ def test_aggregate_and_report_path_mistakes(
         assert err.startswith(f"cube-ray: error: {expected}"), err
         assert "Traceback" not in err
     assert a_file.read_text(encoding="utf-8") == "{}"
+
+
+def _serve_rag(ids: list[str]) -> Any:
+    """A RAG service on 127.0.0.1 answering ``{answer, data: {docs: [{id}]}}``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            question = json.loads(self.rfile.read(length))["question"]
+            body = json.dumps(
+                {
+                    "answer": f"About {question}: see the documents.",
+                    "data": {"docs": [{"id": i} for i in ids]},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("case", ["wrong_retrieved_path", "foreign_ids"])
+def test_check_asks_each_http_system_one_question(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """`cube-ray check` fails (exit 2) before the preflight when an HTTP system's
+    reply holds no retrieved id or none of the corpus, showing what it got."""
+    corpus, ids = make_corpus(tmp_path, 3)
+    served = ids[:2] if case == "wrong_retrieved_path" else ["doc-17", "doc-4"]
+    server = _serve_rag(served)
+    try:
+        path = fake_config(tmp_path, corpus, make_qa_file(tmp_path, ids))
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        url = f"http://127.0.0.1:{server.server_address[1]}/ask"
+        cfg["systems"] = [
+            {
+                "name": "rag@svc",
+                "kind": "http",
+                "url": url,
+                "retrieved_path": (
+                    "docs[].id" if case == "wrong_retrieved_path" else "data.docs[].id"
+                ),
+                "max_retries": 0,
+            }
+        ]
+        _write(cfg, tmp_path)
+        code = main(["check", str(path), "--out", str(tmp_path / "run")])
+        captured = capsys.readouterr()
+        assert code == 2
+        err = captured.err
+        assert err.startswith("cube-ray: error: field 'systems[rag@svc]': system ")
+        assert "answer 'About " in err
+        assert (
+            f"retrieved ids {[] if case == 'wrong_retrieved_path' else served}" in err
+        )
+        if case == "wrong_retrieved_path":
+            assert "no retrieved ids at retrieved_path" in err
+        else:
+            assert "none of the retrieved ids is a document id of the corpus" in err
+        assert "preflight" not in captured.out
+        # The same system, rightly configured, passes the probe.
+        from cube_ray.commands.check import probe_systems
+        from cube_ray.config import RunConfig
+
+        if case == "wrong_retrieved_path":
+            cfg["systems"][0]["retrieved_path"] = "data.docs[].id"
+            said: list[str] = []
+            probe_systems(RunConfig.from_yaml(_write(cfg, tmp_path)), say=said.append)
+            assert len(said) == 1
+            assert said[0].startswith("rag@svc: asked ")
+            assert said[0].endswith("; 2 of 2 retrieved ids are corpus ids")
+    finally:
+        server.shutdown()

@@ -95,7 +95,7 @@ def test_run_dir_belongs_to_one_run_and_heals_damaged_parts(tmp_path: Path) -> N
     assert len(parts) >= 2
     truncated, flipped = parts[0], parts[-1]
     damaged_rows = sum(
-        pq.ParquetFile(p).metadata.num_rows for p in parts[:1] + [flipped]
+        pq.ParquetFile(p).metadata.num_rows for p in [*parts[:1], flipped]
     )
     total_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
@@ -144,7 +144,8 @@ def test_run_dir_belongs_to_one_run_and_heals_damaged_parts(tmp_path: Path) -> N
         f"its manifest has corpus fingerprint {manifest['corpus_fingerprint']}" in err
     )
     assert f"e.g. doc_id {record['TASK_CODE']!r}, new or changed" in err
-    assert "choose another --out" in err and "Traceback" not in err
+    assert "choose another --out" in err
+    assert "Traceback" not in err
     assert sorted((p.name, p.stat().st_mtime) for p in run_dir.rglob("*")) == before
     corpus.write_text(text, encoding="utf-8")
     (tmp_path / "other").mkdir()
@@ -155,7 +156,7 @@ def test_run_dir_belongs_to_one_run_and_heals_damaged_parts(tmp_path: Path) -> N
     cfg_b.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     refused = run(cfg_b, run_dir, tmp_path / "c4.log")
     assert refused.returncode == 2
-    assert f"this config has" in refused.stderr
+    assert "this config has" in refused.stderr
     assert f'corpus.path ("{corpus}" -> "{other}")' in refused.stderr
     assert not (tmp_path / "c4.log").exists()
 

@@ -123,7 +123,8 @@ def test_kill_9_in_judge_stage_then_resume(tmp_path: Path) -> None:
     refused = run_cli(cfg, run_dir, log3)
     _, err = refused.communicate(timeout=900)
     assert refused.returncode == 2, err.decode()[-3000:]
-    assert b"dimensions (" in err and b"--update" in err
+    assert b"dimensions[3].rubric (null -> " in err
+    assert b"--update" in err
     third = run_cli(cfg, run_dir, log3, "--update")
     _, err = third.communicate(timeout=900)
     assert third.returncode == 0, err.decode()[-3000:]
