@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.errors import InputError
 
-__all__ = ["MOST", "check_system_ids", "unknown_id_rows"]
+__all__ = ["MOST", "check_system_ids", "current_question_ids", "unknown_id_rows"]
 
 MOST = 0.5
 """Share of a system's ``ok`` answers above which unknown ids stop the run."""
@@ -47,7 +47,7 @@ def unknown_id_rows(retrieved: pa.ChunkedArray | pa.Array, doc_ids: Any) -> pa.A
     return pa.array(mask, pa.bool_())
 
 
-def _read(files: list[Path], columns: list[str], filters: list[Any]) -> pa.Table:
+def _read(files: list[Path], columns: list[str], filters: list[Any] | None) -> pa.Table:
     """The rows of part files that pass ``filters``.
 
     File by file: parts written by different stages may differ in their extra
@@ -55,6 +55,24 @@ def _read(files: list[Path], columns: list[str], filters: list[Any]) -> pa.Table
     """
     tables = [pq.read_table(f, columns=columns, filters=filters) for f in files]
     return pa.concat_tables(tables, promote_options="default")
+
+
+def current_question_ids(
+    documents: list[Path], questions: list[Path]
+) -> pa.Array | None:
+    """Ids of the questions of the current input; None without both tables.
+
+    The questions whose gold document is in the documents table, which always
+    holds exactly the current run's corpus (a run with a smaller ``--limit``,
+    or one that updated its dir, leaves other questions' rows behind).
+    """
+    if not documents or not questions:
+        return None
+    docs = _read(documents, [schema.DOC_ID], None).column(schema.DOC_ID)
+    table = _read(questions, [schema.QUESTION_ID, schema.DOC_ID], None)
+    keep = pc.is_in(table.column(schema.DOC_ID), value_set=docs.combine_chunks())
+    ids = table.filter(keep).column(schema.QUESTION_ID).combine_chunks()
+    return pc.unique(ids)
 
 
 def _example(files: list[Path], system: str, question_id: str) -> str:
@@ -74,6 +92,7 @@ def check_system_ids(
     *,
     answers: list[Path],
     documents: list[Path],
+    questions: list[Path],
 ) -> None:
     """Stop when most of a system's answers retrieved no corpus id.
 
@@ -82,6 +101,8 @@ def check_system_ids(
         system: The system's config (its ``name``, ``kind``).
         answers: Part files of the answers table.
         documents: Part files of the documents table.
+        questions: Part files of the questions table (only the answers of
+            current questions count).
 
     Raises:
         InputError: Naming the system, the share, one answer and its ids, and
@@ -95,11 +116,12 @@ def check_system_ids(
         [schema.QUESTION_ID, schema.RETRIEVED_DOC_IDS, schema.STATUS],
         [(schema.SYSTEM, "=", name), (schema.STATUS, "=", schema.STATUS_OK)],
     )
+    current = current_question_ids(documents, questions)
+    if current is not None:
+        rows = rows.filter(pc.is_in(rows.column(schema.QUESTION_ID), value_set=current))
     if rows.num_rows == 0:
         return
-    docs = pa.concat_tables(
-        [pq.read_table(f, columns=[schema.DOC_ID]) for f in documents]
-    ).column(schema.DOC_ID)
+    docs = _read(documents, [schema.DOC_ID], None).column(schema.DOC_ID)
     unknown = unknown_id_rows(
         rows.column(schema.RETRIEVED_DOC_IDS), docs.combine_chunks()
     )

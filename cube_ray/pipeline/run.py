@@ -63,7 +63,7 @@ from cube_ray.pipeline.parts import (
     part_files,
     set_aside_corrupt,
 )
-from cube_ray.pipeline.retrieval_check import check_system_ids
+from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
@@ -329,6 +329,7 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
                     system,
                     answers=part_files(self.table_dir(ANSWERS)),
                     documents=part_files(self.table_dir(DOCUMENTS)),
+                    questions=part_files(self.table_dir(QUESTIONS)),
                 )
 
         for spec in specs:  # early ones (QA files) fail before any stage
@@ -460,16 +461,12 @@ def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) ->
     """
     import polars as pl
 
-    docs = pl.scan_parquet([str(f) for f in part_files(run_dir / DOCUMENTS)])
-    questions = pl.scan_parquet([str(f) for f in part_files(run_dir / QUESTIONS)])
-    current = (
-        questions.select(schema.QUESTION_ID, schema.DOC_ID)
-        .join(docs.select(schema.DOC_ID), on=schema.DOC_ID, how="semi")
-        .select(schema.QUESTION_ID)
-        .unique()
-        .collect()
-        .to_series()
+    ids = current_question_ids(
+        part_files(run_dir / DOCUMENTS), part_files(run_dir / QUESTIONS)
     )
+    if ids is None:
+        return answers, scores  # not a pipeline run dir: nothing to compare
+    current = pl.Series(ids.to_pylist(), dtype=pl.String)
     systems = [*schema.BOUND_SYSTEMS, *(s.name for s in config.systems)]
     answers = answers.filter(
         pl.col(schema.QUESTION_ID).is_in(current.implode())
