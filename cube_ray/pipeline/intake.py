@@ -25,6 +25,7 @@ from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline.method import DOCUMENTS, QUESTIONS
 from cube_ray.pipeline.parts import (
+    CORRUPT_SUFFIX,
     PartWriter,
     StageStats,
     _heal_swaps,
@@ -112,6 +113,8 @@ class Intake:
             shutil.rmtree(staging, ignore_errors=True)
         else:
             staging.mkdir(parents=True, exist_ok=True)
+            for kept in target.glob(f"*{CORRUPT_SUFFIX}*"):  # set aside: keep it
+                kept.replace(staging / kept.name)
             _swap_dir(staging, target)
         if questions is not None:
             self._write_question_file(questions)

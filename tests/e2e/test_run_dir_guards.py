@@ -100,11 +100,14 @@ def test_run_dir_belongs_to_one_run_and_heals_damaged_parts(tmp_path: Path) -> N
     total_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
     flip_a_score_bit(flipped)
+    (documents,) = part_files(run_dir / "documents")
+    documents.write_bytes(documents.read_bytes()[:100])
     for argv in (["aggregate", run_dir], ["report", run_dir]):
         done = cube_ray(*argv)
         assert done.returncode == 2, done.stderr[-2000:]
         assert "Traceback" not in done.stderr
-        assert f"file {truncated}" in done.stderr
+        named = [p for p in (truncated, documents) if f"file {p}" in done.stderr]
+        assert len(named) == 1, done.stderr
         assert "rerun the same `cube-ray run CONFIG --out RUN_DIR`" in done.stderr
     # aggregate of the flipped file alone: the page checksum catches the bit
     alone = cube_ray("aggregate", "--answers", run_dir / "answers", "--scores", flipped)
@@ -116,9 +119,11 @@ def test_run_dir_belongs_to_one_run_and_heals_damaged_parts(tmp_path: Path) -> N
     second = run(cfg, run_dir, tmp_path / "c2.log")
     assert second.returncode == 0, second.stderr[-3000:]
     console = second.stdout + second.stderr
-    for path in (truncated, flipped):
+    for path in (truncated, flipped, documents):
         assert f"part file {path} does not read" in console
         assert len(list(path.parent.glob(f"{path.name}.corrupt-*"))) == 1
+    restaged = part_files(run_dir / "documents")
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in restaged) == N_DOCS
     assert len(calls(tmp_path / "c2.log", "judge")) == damaged_rows
     assert calls(tmp_path / "c2.log", "questions") == []
     rows = sum(
