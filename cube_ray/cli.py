@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -61,6 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cube-ray: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``cube-ray run --dry-run | head``): nothing
+        # left to say. Point stdout at /dev/null so the interpreter's final
+        # flush does not raise again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer cut off
 
 
 if __name__ == "__main__":

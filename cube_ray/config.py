@@ -34,13 +34,13 @@ from cube_ray.aggregate._options import AggregateOptions, BoundsOptions
 from cube_ray.credentials import is_credential_key, mask
 from cube_ray.engines.config import (
     CODE_LOADING_ENV,
-    CODE_LOADING_KWARGS,
     EngineConfig,
     FakeEngineConfig,
     JudgeConfig,
     OpenAIHttpEngineConfig,
     ReferenceJudgeConfig,
     VllmEngineConfig,
+    code_loading_kwargs,
 )
 from cube_ray.env import placeholders
 from cube_ray.errors import ConfigError
@@ -65,6 +65,7 @@ __all__ = [
     "RunConfig",
     "default_dimensions",
     "engine_fingerprint",
+    "read_paths",
 ]
 
 
@@ -476,10 +477,24 @@ class RunConfig(StrictModel):
     named by an ``api_key_env`` / ``embedding_api_key_env``) is refused, so a
     config written by someone else cannot send your other variables to its own
     host. ``cube-ray run --dry-run`` lists which variable goes where."""
+    data_dirs: list[str] = Field(default_factory=list)
+    """Folders, besides the config file's own folder, that the config may read
+    files from (corpus, question file, QA files, rubric and prompt template
+    files), e.g. ``[../examples/data]``; relative to the config file. A path
+    outside these folders is refused at load (exit 2): the content of every file
+    a config reads is sent to engines and systems, so a config written by
+    someone else must not read, say, ``~/.aws/credentials``. ``cube-ray run
+    --dry-run`` lists every file read and where its content goes."""
+    allow_outside_paths: bool = False
+    """Let the config read files anywhere (no ``data_dirs`` check); only for a
+    config you wrote or trust."""
     allow_remote_code: bool = False
-    """Allow code-loading switches of vLLM engines (``trust_remote_code`` and
-    the other ``engine_kwargs`` in ``CODE_LOADING_KWARGS``), which run code
-    that ships with a model or is named by the config."""
+    """Allow code-loading switches of vLLM engines (``trust_remote_code``, the
+    other ``engine_kwargs`` in ``CODE_LOADING_KWARGS``, any ``engine_kwargs``
+    value that is a dotted import path, and ``env`` names in
+    ``CODE_LOADING_ENV`` such as ``PYTHONPATH``, ``LD_PRELOAD``,
+    ``VLLM_PLUGINS``), which run code that ships with a model or is named by
+    the config."""
 
     @field_validator("env_vars")
     @classmethod
@@ -556,6 +571,7 @@ class RunConfig(StrictModel):
         problems = [
             *_aggregate_k_problems(self),
             *_weights_problems(self),
+            *_dimension_weight_problems(self),
             *_judge_problems(self),
             *_file_problems(self),
         ]
@@ -585,12 +601,7 @@ class RunConfig(StrictModel):
             for role, engine in self.engines():
                 if not isinstance(engine, VllmEngineConfig):
                     continue
-                kwargs = sorted(
-                    k
-                    for k, v in engine.engine_kwargs.items()
-                    if k in CODE_LOADING_KWARGS
-                    and not (k == "trust_remote_code" and v in (False, None))
-                )
+                kwargs = code_loading_kwargs(engine.engine_kwargs)
                 env = sorted(k for k in engine.env if k in CODE_LOADING_ENV)
                 if kwargs or env:
                     what = [f"engine_kwargs.{k}" for k in kwargs]
@@ -598,7 +609,8 @@ class RunConfig(StrictModel):
                     msg = (
                         f"{role} sets {what}, which load and run code from outside "
                         "cube_ray and vLLM (a model's own Python files, a class "
-                        "named by path); if you trust that code, set "
+                        "named by path, a search path or preloaded library); if "
+                        "you trust that code, set "
                         "allow_remote_code: true at the top level of the config"
                     )
                     raise ValueError(msg)
@@ -714,10 +726,21 @@ class RunConfig(StrictModel):
         """
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            msg = f"cannot read config file {str(p)!r}: {exc}"
+            raw = p.read_bytes()
+        except OSError as exc:
+            msg = f"cannot read config file {str(p)!r}: {exc.strerror or exc}"
             raise ConfigError(msg) from exc
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            msg = (
+                f"config file {str(p)!r} is not UTF-8: byte 0x{raw[exc.start]:02x} "
+                f"at line {line} is not valid UTF-8 (the file looks like Latin-1 "
+                "or another legacy encoding); save it as UTF-8, e.g. iconv -f "
+                f"latin1 -t utf-8 {p.name} > {p.stem}.utf8{p.suffix}"
+            )
+            raise ConfigError(msg) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -738,6 +761,10 @@ class RunConfig(StrictModel):
             )
             raise ConfigError(msg)
         data = _resolve_paths(data, p.parent)
+        outside = _outside_paths(data, p.parent)
+        if outside:
+            head = f"config file {str(p)!r} is invalid ({len(outside)} problem(s)):"
+            raise ConfigError("\n".join([head, *(f"{_ITEM}{o}" for o in outside)]))
         return cls.from_dict(data, source=str(p))
 
     @classmethod
@@ -854,6 +881,22 @@ def _weights_problems(config: RunConfig) -> list[str]:
     else:
         check_map(weights, "aggregate.weights")
     return problems
+
+
+def _dimension_weight_problems(config: RunConfig) -> list[str]:
+    """A dimension ``weight`` is read only by ``aggregate.weights: fixed``."""
+    weights = config.aggregate.weights
+    if weights == "fixed":
+        return []
+    shown = repr(weights) if isinstance(weights, str) else "a mapping"
+    return [
+        f"dimensions[{i}].weight is {d.weight} but aggregate.weights is {shown}, "
+        "which ignores it (a dimension's weight is used only with "
+        "aggregate.weights: fixed); set aggregate.weights: fixed (and give every "
+        "dimension a weight), or remove the weight"
+        for i, d in enumerate(config.dimensions)
+        if d.weight is not None
+    ]
 
 
 def _judge_problems(config: RunConfig) -> list[str]:
@@ -979,10 +1022,83 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     prompts = out.get("prompts")
     if isinstance(prompts, dict):
         out["prompts"] = {
-            k: _resolve(base, v) if isinstance(v, str) and v.endswith(".txt") else v
+            k: _resolve(base, v) if k != "language" and _is_template_path(v) else v
             for k, v in prompts.items()
         }
+    data_dirs = out.get("data_dirs")
+    if isinstance(data_dirs, list):
+        out["data_dirs"] = [_resolve(base, d) for d in data_dirs]
     return out
+
+
+def _is_template_path(value: Any) -> bool:
+    """Whether a ``prompts`` value names a file rather than a packaged template.
+
+    >>> _is_template_path("judge"), _is_template_path("zh/judge")
+    (False, False)
+    >>> _is_template_path("my.txt"), _is_template_path("~/x"), _is_template_path("a/b")
+    (True, True, True)
+    """
+    if not isinstance(value, str) or not value:
+        return False
+    if value.endswith(".txt") or value.startswith(("~", ".", "/")):
+        return True
+    from importlib import resources
+
+    packaged = resources.files("cube_ray.prompts").joinpath(f"templates/{value}.txt")
+    return ("/" in value or "\\" in value) and not packaged.is_file()
+
+
+def read_paths(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, path) of every file a resolved config mapping reads.
+
+    The corpus, the question file, QA files of systems, rubric files and prompt
+    template files: the files whose content goes to engines and systems.
+    """
+    found: list[tuple[str, str]] = []
+    for section in ("corpus", "questions"):
+        node = data.get(section)
+        if isinstance(node, dict) and isinstance(node.get("path"), str):
+            found.append((f"{section}.path", node["path"]))
+    for i, dim in enumerate(data.get("dimensions") or []):
+        if isinstance(dim, dict) and isinstance(dim.get("rubric_file"), str):
+            found.append((f"dimensions[{i}].rubric_file", dim["rubric_file"]))
+    for i, system in enumerate(data.get("systems") or []):
+        if isinstance(system, dict) and isinstance(system.get("path"), str):
+            found.append((f"systems[{i}].path", system["path"]))
+    prompts = data.get("prompts")
+    if isinstance(prompts, dict):
+        for kind, value in prompts.items():
+            if kind != "language" and _is_template_path(value):
+                found.append((f"prompts.{kind}", value))
+    return found
+
+
+def _outside_paths(data: dict[str, Any], base: Path) -> list[str]:
+    """Files a config reads outside its folder and its ``data_dirs``.
+
+    Symbolic links are followed, so a link beside the config that points at
+    ``~/.ssh`` is outside too.
+    """
+    if data.get("allow_outside_paths") is True:
+        return []
+    dirs = data.get("data_dirs")
+    roots = [base.resolve()]
+    roots += [Path(d).resolve() for d in dirs or [] if isinstance(d, str)]
+    problems = []
+    for where, value in read_paths(data):
+        target = Path(value).expanduser().resolve()
+        if any(target == r or target.is_relative_to(r) for r in roots):
+            continue
+        allowed = ", ".join(str(r) for r in roots)
+        problems.append(
+            f"{where} is {value!r}, outside the folders this config may read "
+            f"({allowed}): a file's content goes to the engines and systems, so "
+            "a config reads only files beside it; move the file there, add its "
+            "folder to data_dirs, or set allow_outside_paths: true if you wrote "
+            "or trust this config"
+        )
+    return problems
 
 
 def engine_fingerprint(config: Any) -> str:

@@ -13,6 +13,7 @@ Every problem is an :class:`~cube_ray.errors.InputError` naming the file, the
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -160,6 +161,47 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield i, line
 
 
+def _is_json_array(path: Path) -> bool:
+    """Whether a ``.json``/``.jsonl`` file holds one JSON array, not JSON Lines."""
+    with path.open("rb") as fh:
+        head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"[")
+
+
+def _json_array_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The records of a file holding one JSON array of objects.
+
+    The whole file is parsed at once (such files are not streamed); a corpus
+    too large for that belongs in JSON Lines or Parquet.
+    """
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        msg = (
+            f"not valid UTF-8 ({exc.reason} at byte {exc.start}); convert the "
+            "file to UTF-8, e.g. iconv -f GB18030 -t UTF-8"
+        )
+        raise InputError(msg, path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        msg = (
+            f"the file starts a JSON array but is not valid JSON ({exc.msg} at "
+            f"column {exc.colno}); fix this line, or write one object per line "
+            "(JSON Lines)"
+        )
+        raise InputError(msg, path=str(path), line=exc.lineno) from None
+    if not isinstance(data, list):
+        msg = "expected a JSON array of objects or JSON Lines"
+        raise InputError(msg, path=str(path))
+    for i, record in enumerate(data):
+        if not isinstance(record, dict):
+            msg = (
+                f"item {i + 1} of the JSON array is a {type(record).__name__}; "
+                "expected an object per record"
+            )
+            raise InputError(msg, path=str(path), row=i)
+        yield i, record
+
+
 def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
     """Stream ``(row, record)`` pairs from the corpus file.
 
@@ -171,18 +213,26 @@ def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.exists():
         msg = "the corpus path does not exist; fix corpus.path"
         raise InputError(msg, path=str(path))
-    if fmt == "jsonl":
+    if fmt == "jsonl" and _is_json_array(path):
+        yield from _json_array_records(path)
+    elif fmt == "jsonl":
         for i, line in _decoded_lines(path):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                msg = f"invalid JSON ({exc.msg} at column {exc.colno})"
-                raise InputError(msg, path=str(path), row=i) from None
+                msg = (
+                    f"not valid JSON ({exc.msg} at column {exc.colno}); a JSON "
+                    "Lines file holds one JSON object per line: fix this line"
+                )
+                raise InputError(msg, path=str(path), line=i + 1) from None
             if not isinstance(record, dict):
-                msg = f"expected a JSON object per line, got {type(record).__name__}"
-                raise InputError(msg, path=str(path), row=i)
+                msg = (
+                    f"expected a JSON object per line, got {type(record).__name__}; "
+                    "write one object ({...}) per line"
+                )
+                raise InputError(msg, path=str(path), line=i + 1)
             yield i, record
     elif fmt == "csv":
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
@@ -272,7 +322,8 @@ def iter_document_batches(
     hashes: list[np.ndarray[Any, np.dtype[np.uint64]]] = []
     buf: list[Document] = []
     n = 0
-    for _, doc in _documents_of(iter_records(cfg), cfg):
+    columns = _ColumnCheck(cfg)
+    for _, doc in _documents_of(columns.watch(iter_records(cfg)), cfg):
         if limit is not None and n >= limit:
             break
         buf.append(doc)
@@ -287,9 +338,55 @@ def iter_document_batches(
     if n == 0:
         msg = "the corpus holds no records; check corpus.path and corpus.format"
         raise InputError(msg, path=cfg.path)
+    columns.check()
     all_hashes = np.sort(np.concatenate(hashes)) if hashes else np.array([])
     if all_hashes.size > 1 and bool((all_hashes[1:] == all_hashes[:-1]).any()):
         _raise_duplicate(cfg, limit)
+
+
+class _ColumnCheck:
+    """The configured fields and title field exist in the corpus.
+
+    A mistyped name would otherwise be read as an empty field in every record,
+    and documents would silently lose it. A name counts as present once any
+    record read has it (JSON Lines records need not share their keys).
+    """
+
+    def __init__(self, cfg: CorpusConfig) -> None:
+        self.cfg = cfg
+        names = [("corpus.fields", f.name) for f in cfg.fields]
+        if cfg.title_field is not None:
+            names.append(("corpus.title_field", cfg.title_field))
+        self.missing = [] if cfg.resolved_format == "txt-folder" else names
+        self.seen: dict[str, None] = {}
+
+    def watch(
+        self, records: Iterable[tuple[int, dict[str, Any]]]
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Pass records through, noting their keys while a name is unseen."""
+        for row, record in records:
+            if self.missing:
+                self.seen.update(dict.fromkeys(record))
+                self.missing = [(w, n) for w, n in self.missing if n not in record]
+            yield row, record
+
+    def check(self) -> None:
+        """Raise for the first configured name no record read has.
+
+        Raises:
+            InputError: Naming the config key, the columns found and the fix.
+        """
+        if not self.missing:
+            return
+        where, name = self.missing[0]
+        columns = list(self.seen)
+        close = difflib.get_close_matches(name, columns, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        msg = (
+            f"{where} names {name!r}, but no record has that column{hint}; the "
+            f"corpus' columns are {columns[:30]}; fix the name in {where}"
+        )
+        raise InputError(msg, path=self.cfg.path, field=name)
 
 
 def _raise_duplicate(cfg: CorpusConfig, limit: int | None) -> None:

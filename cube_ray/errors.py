@@ -54,6 +54,8 @@ class InputError(CubeRayError):
         path: The offending file, if any.
         row: 0-based row (or line) number in that file, if known.
         field: The offending column or field, if known.
+        line: 1-based line of a text file (JSON Lines), shown as ``line N``
+            as an editor numbers it; given instead of ``row``.
     """
 
     def __init__(
@@ -63,14 +65,18 @@ class InputError(CubeRayError):
         path: str | None = None,
         row: int | None = None,
         field: str | None = None,
+        line: int | None = None,
     ) -> None:
         self.path = path
-        self.row = row
+        self.row = row if line is None else line - 1
         self.field = field
+        self.line = line
         where = []
         if path is not None:
             where.append(f"file {path}")
-        if row is not None:
+        if line is not None:
+            where.append(f"line {line}")
+        elif row is not None:
             where.append(f"row {row}")
         if field is not None:
             where.append(f"field {field!r}")

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from cube_ray.config import EnvUse, RunConfig
 from cube_ray.corpus import iter_document_batches
@@ -21,7 +24,16 @@ from cube_ray.prompts import load_template
 from cube_ray.stages import AnswerStage, QuestionStage, SystemStage
 from cube_ray.systems.kinds import system_kind
 
-__all__ = ["PlanRow", "estimate_tokens", "format_env_uses", "format_plan", "plan_run"]
+__all__ = [
+    "FileUse",
+    "PlanRow",
+    "estimate_tokens",
+    "file_uses",
+    "format_env_uses",
+    "format_file_uses",
+    "format_plan",
+    "plan_run",
+]
 
 _CJK = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]")
 QUESTION_TOKENS = 30
@@ -185,4 +197,111 @@ def format_env_uses(uses: list[EnvUse]) -> str:
         return "Environment variables read: none."
     lines = ["Environment variables read (values not shown):"]
     lines += [f"  {u.name} -> {u.destination}  ({u.field})" for u in uses]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class FileUse:
+    """One file a run reads, and where its content goes."""
+
+    path: str
+    field: str
+    """The config field that names it, e.g. ``dimensions[0].rubric_file``."""
+    destinations: tuple[str, ...]
+    """Engines and hosts its content (or text written from it) is sent to."""
+
+
+def _netloc(url: str) -> str:
+    try:
+        netloc = urlsplit(url).netloc.rpartition("@")[2]
+    except ValueError:
+        netloc = ""
+    return netloc or url
+
+
+def engine_destination(engine: Any) -> str:
+    """Where an engine runs: the host of an HTTP engine, or a local process.
+
+    >>> from types import SimpleNamespace as S
+    >>> engine_destination(S(backend="openai_http", base_url="https://k@h:1/v1"))
+    'h:1 (HTTP engine)'
+    >>> engine_destination(S(backend="vllm", model="/m"))
+    'local vLLM engine'
+    """
+    backend = getattr(engine, "backend", "?")
+    if backend == "openai_http":
+        return f"{_netloc(str(engine.base_url))} (HTTP engine)"
+    return {
+        "vllm": "local vLLM engine",
+        "embedded": "local embedded engine",
+        "reference": "reference judge (local, no LLM)",
+        "fake": "fake engine (local)",
+    }.get(str(backend), f"local {backend} engine")
+
+
+def _unique(items: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def file_uses(config: RunConfig) -> list[FileUse]:
+    """Every file the run reads and where its content goes.
+
+    The corpus goes to the generator (questions, the full bound) and the judges
+    (the gold document); questions (from the corpus or the question file) go to
+    every system; a rubric and the judge template to the judges; the question
+    and answer templates to the generator; a QA file's answers to the judges.
+    """
+    generator = engine_destination(config.generator)
+    judges = [engine_destination(e) for e in config.judges.values()]
+    systems: list[str] = []
+    for system in config.systems:
+        if system.kind == "http":
+            systems.append(f"{_netloc(system.url)} (HTTP system {system.name})")
+        elif system.kind == "builtin_rag":
+            systems.append(f"built-in RAG {system.name} (uses {generator})")
+    uses: list[FileUse] = []
+    corpus_to = [generator, *judges]
+    if config.questions.source == "generate":
+        corpus_to += systems  # the questions written from it
+    uses.append(FileUse(config.corpus.path, "corpus.path", _unique(corpus_to)))
+    if config.questions.source == "file" and config.questions.path:
+        uses.append(
+            FileUse(
+                config.questions.path,
+                "questions.path",
+                _unique([generator, *systems, *judges]),
+            )
+        )
+    for i, system in enumerate(config.systems):
+        path = getattr(system, "path", None)
+        if isinstance(path, str):
+            uses.append(FileUse(path, f"systems[{i}].path", _unique(judges)))
+    for i, dim in enumerate(config.dimensions):
+        if dim.rubric_file is not None:
+            uses.append(
+                FileUse(
+                    dim.rubric_file, f"dimensions[{i}].rubric_file", _unique(judges)
+                )
+            )
+    for kind, to in (
+        ("question", [generator]),
+        ("answer", [generator]),
+        ("judge", judges),
+    ):
+        name = getattr(config.prompts, kind)
+        if Path(name).suffix == ".txt" or Path(name).is_file():
+            uses.append(FileUse(name, f"prompts.{kind}", _unique(to)))
+    return uses
+
+
+def format_file_uses(uses: list[FileUse]) -> str:
+    """Which file's content goes where.
+
+    >>> print(format_file_uses([FileUse("/c/r.txt", "dimensions[0].rubric_file",
+    ...                                 ("h:1 (HTTP engine)",))]))
+    Files read, and where their content goes:
+      /c/r.txt  (dimensions[0].rubric_file) -> h:1 (HTTP engine)
+    """
+    lines = ["Files read, and where their content goes:"]
+    lines += [f"  {u.path}  ({u.field}) -> {', '.join(u.destinations)}" for u in uses]
     return "\n".join(lines)

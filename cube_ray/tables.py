@@ -97,12 +97,12 @@ def _read(path: Path, lean: pa.Schema | None = None) -> pl.DataFrame:
     """
     try:
         if lean is None:
-            return pl.read_parquet(path)
+            return read_parquet_file(path)
         present = set(pq.read_schema(path).names)
         wanted = [f.name for f in lean if f.name not in _LEAN_SKIP]
         if schema.STATUS not in wanted:
             wanted.append(schema.STATUS)
-        df = pl.read_parquet(path, columns=[c for c in wanted if c in present])
+        df = read_parquet_file(path, columns=[c for c in wanted if c in present])
         missing = [c for c in _LEAN_SKIP if c in lean.names and c in present]
         return df.with_columns(
             *(pl.lit(None, pl.String).alias(c) for c in missing),
@@ -111,9 +111,30 @@ def _read(path: Path, lean: pa.Schema | None = None) -> pl.DataFrame:
     except Exception as exc:  # polars/pyarrow/OS errors all mean "unreadable"
         raise InputError(
             f"cannot be read as Parquet ({type(exc).__name__}: {exc}). Expected a "
-            "Parquet file; re-export the table with pyarrow or polars.",
+            f"Parquet file. {UNREADABLE_FIX}",
             path=str(path),
         ) from None
+
+
+UNREADABLE_FIX = (
+    "If it is a part file of a cube-ray run dir, rerun the same `cube-ray run "
+    "CONFIG --out RUN_DIR`: it sets damaged part files aside (*.corrupt-*) and "
+    "recomputes their rows; otherwise re-export the table with pyarrow or polars."
+)
+"""The fix for a table file that does not read (damaged bytes, truncation, a
+page checksum mismatch)."""
+
+
+def read_parquet_file(path: Path, columns: list[str] | None = None) -> pl.DataFrame:
+    """One Parquet file as a DataFrame, page checksums verified when present.
+
+    Part files of a run dir carry page checksums (``write_page_checksum``), so
+    a bit flipped on disk is an error here instead of a changed score.
+    """
+    table = pq.read_table(path, columns=columns, page_checksum_verification=True)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def read_answers(path: str | os.PathLike[str], *, lean: bool = False) -> pl.DataFrame:

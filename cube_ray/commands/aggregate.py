@@ -42,35 +42,37 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--scores", metavar="PATH", help="scores table (file or dir)")
     parser.add_argument(
         "--k",
-        default="8",
+        default=None,
         metavar="K",
-        help="retrieval depth for rank_score (default 8); per system as "
-        "'rag@a=4,rag@b=8'",
+        help="retrieval depth for rank_score (default: the run's own, from "
+        "RUN_DIR/manifest.json, else 8); per system as 'rag@a=4,rag@b=8'",
     )
     parser.add_argument(
         "--trim",
         type=float,
-        default=0.1,
-        help="proportion trimmed from each end, 0 <= trim < 0.5 (default 0.1)",
+        default=None,
+        help="proportion trimmed from each end, 0 <= trim < 0.5 (default: the "
+        "run's own, else 0.1)",
     )
     parser.add_argument(
         "--weights",
-        default="pearson",
+        default=None,
         metavar="pearson|equal|FILE.json",
-        help="dimension weights: Pearson with rank_score (default), equal, or a JSON"
-        ' file {"<dim>": w} or {"<judge>": {"<dim>": w}}',
+        help="dimension weights: Pearson with rank_score, equal, or a JSON file "
+        '{"<dim>": w} or {"<judge>": {"<dim>": w}} (default: the run\'s own, '
+        "else pearson)",
     )
     parser.add_argument(
         "--bounds-on",
         choices=("all", "paired"),
-        default="all",
+        default=None,
         help="questions the zero/full bounds use: all (default) or only those the "
         "system retrieved (paired)",
     )
     parser.add_argument(
         "--min-gap",
         type=float,
-        default=0.5,
+        default=None,
         metavar="POINTS",
         help="smallest full - zero gap (0-10 scale) for a judge's bounds to count"
         " as separated (default 0.5; CUBE_METHOD.md section 10)",
@@ -78,7 +80,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--alpha",
         type=float,
-        default=0.05,
+        default=None,
         help="largest one-sided Wilcoxon p-value of full > zero for separated"
         " bounds (default 0.05)",
     )
@@ -86,6 +88,7 @@ def register(subparsers: Any) -> None:
         "--no-require-separation",
         dest="require_separation",
         action="store_false",
+        default=None,
         help="keep judges whose bounds are not separated in the across-judge"
         " figures (they stay flagged)",
     )
@@ -128,9 +131,11 @@ def parse_k(text: str) -> int | dict[str, int]:
         ) from None
 
 
-def _load_weights(value: str) -> Any:
+def _load_weights(value: Any) -> Any:
     from cube_ray.errors import InputError
 
+    if isinstance(value, dict):  # the run's own weights (manifest.json)
+        return value
     if value in ("pearson", "equal"):
         return value
     path = Path(value)
@@ -183,7 +188,7 @@ def _options(args: argparse.Namespace, weights: Any) -> Any:
             raise InputError(
                 f'malformed weights: {message}. Expected {{"<dimension>": w}} or '
                 '{"<judge>": {"<dimension>": w}} with numbers >= 0.',
-                path=args.weights,
+                path=_weights_source(args),
             ) from None
         field = where.split(".")[0]
         flag = "--" + field.replace("_", "-") if field in vars(args) else where
@@ -216,11 +221,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.run_dir:
         run_dir = Path(args.run_dir)
+        _check_run_dir(run_dir)
         answers_path, scores_path = run_dir / "answers", run_dir / "scores"
         out = args.out or str(run_dir / "summary.json")
+        _from_manifest(args, run_dir)
     else:
         answers_path, scores_path = Path(args.answers), Path(args.scores)
         out = args.out or "-"
+    _check_out(out)
+    _fill_defaults(args)
 
     weights = _load_weights(args.weights)
     options = _options(args, weights)
@@ -234,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
             sources={"answers": str(answers_path), "scores": str(scores_path)},
         )
     except WeightsError as exc:
-        raise InputError(str(exc), path=args.weights, field=exc.key) from None
+        raise InputError(str(exc), path=_weights_source(args), field=exc.key) from None
     summary["inputs"] = {"answers": str(answers_path), "scores": str(scores_path)}
     text = json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if out == "-":
@@ -243,3 +252,92 @@ def run(args: argparse.Namespace) -> int:
         _write_atomic(Path(out), text)
         print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+_DEFAULTS: dict[str, Any] = {
+    "k": "8",
+    "trim": 0.1,
+    "weights": "pearson",
+    "bounds_on": "all",
+    "min_gap": 0.5,
+    "alpha": 0.05,
+    "require_separation": True,
+}
+"""The options' values when neither a flag nor the run's manifest gives one."""
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    from cube_ray.errors import ConfigError
+
+    if run_dir.is_dir():
+        return
+    what = "a file" if run_dir.exists() else "missing (no such file or directory)"
+    msg = (
+        f"RUN_DIR {str(run_dir)!r} is {what}; aggregate wants a run directory "
+        "(holding answers/ and scores/), or the tables as --answers PATH "
+        "--scores PATH"
+    )
+    raise ConfigError(msg)
+
+
+def _check_out(out: str) -> None:
+    from cube_ray.errors import ConfigError
+
+    if out != "-" and Path(out).is_dir():
+        msg = (
+            f"--out {out!r} is a folder; --out is the summary file to write: give "
+            f"a file path, e.g. {str(Path(out) / 'summary.json')!r}"
+        )
+        raise ConfigError(msg)
+
+
+def _from_manifest(args: argparse.Namespace, run_dir: Path) -> None:
+    """Options the flags leave unset, from the run's own config (manifest.json).
+
+    A run's k (each system's, or ``aggregate.k``), trim, weights and guards are
+    what its summary used; flags override them.
+    """
+    from cube_ray.pipeline.ownership import read_manifest
+
+    config = read_manifest(run_dir).get("config")
+    if not isinstance(config, dict):
+        return
+    agg = config.get("aggregate") or {}
+    if args.k is None:
+        k = agg.get("k")
+        if k is None:
+            systems = {
+                s["name"]: s["k"]
+                for s in config.get("systems") or []
+                if isinstance(s, dict) and isinstance(s.get("k"), int)
+            }
+            k = systems or None
+        if isinstance(k, int):
+            args.k = str(k)
+        elif isinstance(k, dict) and k:
+            args.k = ",".join(f"{name}={v}" for name, v in k.items())
+    weights = agg.get("weights")
+    if args.weights is None and weights is not None:
+        if weights == "fixed":
+            weights = {
+                d["name"]: d.get("weight")
+                for d in config.get("dimensions") or []
+                if isinstance(d, dict)
+            }
+        args.weights = weights
+        args.weights_source = f"{run_dir / 'manifest.json'} (aggregate.weights)"
+    for name in ("trim", "bounds_on", "min_gap", "alpha", "require_separation"):
+        if getattr(args, name) is None and agg.get(name) is not None:
+            setattr(args, name, agg[name])
+
+
+def _weights_source(args: argparse.Namespace) -> str:
+    """Where the weights came from: their file, or the run's manifest."""
+    source = getattr(args, "weights_source", None)
+    return str(source) if source else str(args.weights)
+
+
+def _fill_defaults(args: argparse.Namespace) -> None:
+    for name, value in _DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)

@@ -61,6 +61,8 @@ def _run(args: argparse.Namespace) -> int:
     require_report_deps()
     from cube_ray.report import DEFAULT_INTERVAL, write_report
 
+    _check_paths(args.run_dir, args.out_dir)
+
     paths = write_report(
         args.run_dir,
         out_dir=args.out_dir,
@@ -73,3 +75,35 @@ def _run(args: argparse.Namespace) -> int:
     print(paths.html)
     print(paths.markdown)
     return 0
+
+
+def _check_paths(run_dir: str, out_dir: str | None) -> None:
+    """RUN_DIR is a run dir and ``--out-dir`` a folder (or a new path).
+
+    Raises:
+        ConfigError: Naming the argument, what it is and what is expected.
+    """
+    from pathlib import Path
+
+    from cube_ray.errors import ConfigError
+
+    run = Path(run_dir)
+    if not run.is_dir():
+        what = "a file" if run.exists() else "missing (no such file or directory)"
+        msg = (
+            f"RUN_DIR {run_dir!r} is {what}; report wants a run directory (the "
+            "--out of cube-ray run, holding summary.json, answers/ and scores/)"
+        )
+        raise ConfigError(msg)
+    if out_dir is None:
+        return
+    for path in (Path(out_dir), *Path(out_dir).parents):
+        if path.exists() and not path.is_dir():
+            msg = (
+                f"--out-dir {out_dir!r}: {str(path)!r} is a file; --out-dir is the "
+                "folder that gets report.html and report.md: give a folder (new "
+                "or existing)"
+            )
+            raise ConfigError(msg)
+        if path.exists():
+            return

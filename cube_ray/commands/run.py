@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "run_command"]
+__all__ = ["check_out_dir", "dry_run_checks", "register", "run_command"]
 
 
 def register(subparsers: Any) -> None:
@@ -42,6 +42,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="recompute rows whose status is not ok",
     )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help=(
+            "let a changed config or corpus update RUN_DIR in place (changed rows "
+            "are recomputed); without it, a run dir made by another config or "
+            "corpus is refused"
+        ),
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html/.md")
     p.add_argument(
@@ -63,11 +72,20 @@ def run_command(args: argparse.Namespace) -> int:
         msg = f"--limit must be >= 1, got {args.limit}"
         raise ConfigError(msg)
     run_dir = Path(args.out) if args.out else Path(config.output_dir)
+    check_out_dir(run_dir, flag="--out" if args.out else "output_dir")
     if args.dry_run:
-        from cube_ray.plan import format_env_uses, format_plan, plan_run
+        dry_run_checks(config, run_dir, update=args.update)
+        from cube_ray.plan import (
+            file_uses,
+            format_env_uses,
+            format_file_uses,
+            format_plan,
+            plan_run,
+        )
 
         print(format_plan(plan_run(config, limit=args.limit)))
         print(format_env_uses(config.env_uses()))
+        print(format_file_uses(file_uses(config)))
         if args.address:
             from cube_ray.commands.check import run_preflight
 
@@ -75,6 +93,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     from cube_ray.errors import CubeRayError
     from cube_ray.pipeline import RunOptions, run_pipeline
+    from cube_ray.preflight import check_env
+
+    check_env(config)  # an unset variable fails before Ray starts
 
     options = RunOptions(
         run_dir=run_dir,
@@ -82,6 +103,7 @@ def run_command(args: argparse.Namespace) -> int:
         address=args.address,
         call_log=args.call_log,
         retry_failed=args.retry_failed,
+        update=args.update,
         progress=False if args.no_progress else None,
         report=not args.no_report,
         quiet=not args.verbose,
@@ -120,3 +142,52 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"logs:     {result.log_path} (vLLM and Ray output; --verbose shows it)")
     sys.stdout.flush()
     return 0
+
+
+def check_out_dir(run_dir: Path, *, flag: str = "--out") -> None:
+    """The run dir is a folder, or can become one.
+
+    Raises:
+        ConfigError: ``run_dir`` (or a folder above it) is a file.
+    """
+    from cube_ray.errors import ConfigError
+
+    for path in (run_dir, *run_dir.parents):
+        if path.exists() and not path.is_dir():
+            what = "is" if path == run_dir else f"is inside {str(path)!r}, which is"
+            msg = (
+                f"{flag} {str(run_dir)!r} {what} a file; a run dir is a folder "
+                "(new, or made by an earlier run of this config): choose another "
+                f"{flag}"
+            )
+            raise ConfigError(msg)
+        if path.exists():
+            return
+
+
+def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
+    """What a run checks before Ray starts, without a cluster.
+
+    Environment variables are set, QA files are valid row by row (the question
+    file and the corpus are read by the plan itself), and the run dir is not
+    another run's (its config; the corpus is compared when the run stages it).
+
+    Raises:
+        ConfigError, ClusterError, InputError: As the run would (exit 2).
+    """
+    from cube_ray.pipeline.ownership import check_config_owner
+    from cube_ray.preflight import check_env
+    from cube_ray.systems.kinds import system_kind
+
+    check_env(config)
+    for system in config.systems:
+        system_kind(system).check(system)
+        if system.kind == "qa_file":  # every row, as the run's preparation does
+            import tempfile
+
+            from cube_ray.systems.qa_file import build_qa_index
+
+            with tempfile.TemporaryDirectory(prefix="cube-ray-dry-run-") as index:
+                build_qa_index(system, index)
+    if not update:
+        check_config_owner(run_dir, config.with_prompt_language())

@@ -8,6 +8,7 @@ every engine runs inside a Ray Data actor pool.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -18,6 +19,7 @@ from cube_ray.credentials import literal_credential, literal_in_url
 __all__ = [
     "CODE_LOADING_ENV",
     "CODE_LOADING_KWARGS",
+    "SAFE_KWARG_VALUES",
     "SCORING_KEYS",
     "EmbeddedEngineConfig",
     "EngineConfig",
@@ -28,6 +30,7 @@ __all__ = [
     "ReferenceJudgeConfig",
     "SamplingConfig",
     "VllmEngineConfig",
+    "code_loading_kwargs",
 ]
 
 
@@ -38,14 +41,119 @@ CODE_LOADING_KWARGS = frozenset(
         "worker_extension_cls",
         "logits_processors",
         "kv_transfer_config",
+        "kv_events_config",
+        "scheduler_cls",
+        "distributed_executor_backend",
+        "model_loader_extra_config",
+        "load_format",
+        "hf_overrides",
+        "speculative_config",
+        "tokenizer_mode",
+        "model_impl",
+        "reasoning_parser",
+        "tool_parser_plugin",
     }
 )
-"""``vllm.LLM`` arguments that run code from outside cube_ray and vLLM (a
-model's own Python files, a class or module named by path); a run config needs
-``allow_remote_code: true`` to set them."""
+"""``vllm.LLM`` arguments that can run code from outside cube_ray and vLLM (a
+model's own Python files, a class, function or plugin named by a dotted import
+path or a file); a run config needs ``allow_remote_code: true`` to set them.
+Listed by name because vLLM resolves several of them by import at start-up
+(``scheduler_cls``, ``distributed_executor_backend``, a ``load_format`` or
+tokenizer mode that a plugin registers); :func:`code_loading_kwargs` also
+refuses ``compilation_config`` with a ``backend`` (imported by dotted name) and
+any other key whose value holds a dotted import path."""
 
-CODE_LOADING_ENV = frozenset({"VLLM_ALLOW_INSECURE_SERIALIZATION"})
-"""Engine ``env`` variables that let vLLM unpickle (run) data; same rule."""
+SAFE_KWARG_VALUES: dict[str, frozenset[Any]] = {
+    "trust_remote_code": frozenset({False, None}),
+    "distributed_executor_backend": frozenset({"ray", "mp", "uni", None}),
+    "load_format": frozenset({"auto", "safetensors", "pt", "npcache", "dummy", None}),
+    "tokenizer_mode": frozenset({"auto", "slow", "mistral", None}),
+    "model_impl": frozenset({"auto", "vllm", None}),
+}
+"""Values of a ``CODE_LOADING_KWARGS`` key that load nothing from outside vLLM
+(vLLM's own built-in choices); any other value needs ``allow_remote_code``."""
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")
+
+
+def _has_dotted_path(value: Any) -> bool:
+    """Whether a value (or a nested one) looks like an import path ``a.b.C``.
+
+    >>> _has_dotted_path({"x": ["evil.module.Cls"]}), _has_dotted_path("Qwen2.5-1B")
+    (True, False)
+    >>> _has_dotted_path(4), _has_dotted_path("fp8_e4m3")
+    (False, False)
+    """
+    if isinstance(value, str):
+        return bool(_DOTTED.match(value.strip()))
+    if isinstance(value, dict):
+        return any(_has_dotted_path(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_dotted_path(v) for v in value)
+    return False
+
+
+def code_loading_kwargs(kwargs: dict[str, Any]) -> list[str]:
+    """The ``engine_kwargs`` keys that can load code (sorted).
+
+    A key of :data:`CODE_LOADING_KWARGS` unless its value is one of vLLM's
+    built-in choices (:data:`SAFE_KWARG_VALUES`), and any key whose value holds
+    a dotted import path (a class or function vLLM would import).
+
+    >>> code_loading_kwargs({"max_num_seqs": 4, "trust_remote_code": False})
+    []
+    >>> code_loading_kwargs(
+    ...     {"scheduler_cls": "x.Y", "distributed_executor_backend": "mp"}
+    ... )
+    ['scheduler_cls']
+    >>> code_loading_kwargs({"compilation_config": {"backend": "evil.mod.fn"}})
+    ['compilation_config']
+    >>> code_loading_kwargs({"compilation_config": {"level": 0}})
+    []
+    >>> code_loading_kwargs({"some_new_hook": "pkg.mod.Hook"})
+    ['some_new_hook']
+    """
+    found = []
+    for key, value in kwargs.items():
+        if key in CODE_LOADING_KWARGS:
+            safe = SAFE_KWARG_VALUES.get(key, frozenset())
+            scalar = value is None or isinstance(value, str | bool | int | float)
+            if not (scalar and value in safe):
+                found.append(key)
+        elif key == "compilation_config" and (
+            isinstance(value, str) or (isinstance(value, dict) and "backend" in value)
+        ):
+            found.append(key)  # a JSON string may hold a backend too
+        elif _has_dotted_path(value):
+            found.append(key)
+    return sorted(found)
+
+
+CODE_LOADING_ENV = frozenset(
+    {
+        "VLLM_ALLOW_INSECURE_SERIALIZATION",
+        "VLLM_PLUGINS",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONINSPECT",
+        "PYTHONEXECUTABLE",
+        "PYTHONBREAKPOINT",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "DYLD_INSERT_LIBRARIES",
+        "DYLD_LIBRARY_PATH",
+        "BASH_ENV",
+        "ENV",
+        "PATH",
+    }
+)
+"""Engine ``env`` variables that make the engine process load or run code the
+config chooses (Python's and the dynamic linker's search paths and preloads,
+vLLM plugins, unpickling); a run config needs ``allow_remote_code: true`` to
+set them."""
 
 SCORING_KEYS = frozenset(
     {

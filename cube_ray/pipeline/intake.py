@@ -25,9 +25,11 @@ from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.errors import CubeRayError, InputError
 from cube_ray.pipeline.method import DOCUMENTS, QUESTIONS
 from cube_ray.pipeline.parts import (
+    CORRUPT_SUFFIX,
     PartWriter,
     StageStats,
     _heal_swaps,
+    _rows_in,
     _swap_dir,
     part_files,
 )
@@ -106,10 +108,13 @@ class Intake:
         _heal_swaps(self.run_dir)
         target = self.table_dir(DOCUMENTS)
         old_fp = self._old_manifest().get("corpus_fingerprint")
-        if old_fp == fingerprint and part_files(target):
+        # Same corpus, all documents there (a part set aside as corrupt is not).
+        if old_fp == fingerprint and _rows_in(part_files(target)) == self.n_docs:
             shutil.rmtree(staging, ignore_errors=True)
         else:
             staging.mkdir(parents=True, exist_ok=True)
+            for kept in target.glob(f"*{CORRUPT_SUFFIX}*"):  # set aside: keep it
+                kept.replace(staging / kept.name)
             _swap_dir(staging, target)
         if questions is not None:
             self._write_question_file(questions)

@@ -17,6 +17,7 @@ import re
 import shutil
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,13 @@ from cube_ray.pipeline.method import TABLES
 from cube_ray.stages import NODE_ID
 
 __all__ = [
+    "CORRUPT_SUFFIX",
     "PartWriter",
     "StageStats",
     "part_files",
     "read_table",
+    "set_aside_corrupt",
+    "verify_part",
 ]
 
 _TMP_PREFIX = ".tmp-"
@@ -115,9 +119,63 @@ class PartWriter:
         name = f"{self._stem}-{self._seq:06d}.parquet"
         self._seq += 1
         tmp = self.table_dir / f"{_TMP_PREFIX}{name}"
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, write_page_checksum=True)
         tmp.replace(self.table_dir / name)
         self.rows += table.num_rows
+
+
+CORRUPT_SUFFIX = ".corrupt-"
+"""A part file that does not read is renamed ``<name>.corrupt-<run stamp>``:
+out of every table read (which takes ``part-*.parquet`` only), kept for a
+look, and its rows are recomputed as missing ones."""
+
+
+def verify_part(path: Path) -> str | None:
+    """Why a part file does not read whole, or None when it does.
+
+    Every row group is read with its page checksums verified (part files are
+    written with ``write_page_checksum=True``), so bad bytes, a truncated file
+    and a silent bit flip in a value all count.
+    """
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+        for i in range(pf.metadata.num_row_groups):
+            pf.read_row_group(i)
+    except Exception as exc:  # pyarrow raises OSError, ArrowInvalid, ...
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def set_aside_corrupt(
+    run_dir: Path, *, stamp: str, say: Callable[[str], None]
+) -> list[Path]:
+    """Rename each part file of the run dir that does not read; returns them.
+
+    Runs once at the start of a resumed run, on the driver, reading the files
+    in a few threads (pyarrow releases the GIL). Each file set aside is named
+    on the console; the stages then recompute its rows, which are missing.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    if run_dir.is_dir():
+        _heal_swaps(run_dir)  # a table mid-swap is whole again first
+    files = [f for name in TABLES for f in part_files(run_dir / name)]
+    if not files:
+        return []
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        problems = list(pool.map(verify_part, files))
+    moved = []
+    for path, why in zip(files, problems, strict=True):
+        if why is None:
+            continue
+        target = path.with_name(f"{path.name}{CORRUPT_SUFFIX}{stamp}")
+        path.replace(target)
+        moved.append(target)
+        say(
+            f"part file {path} does not read ({why[:200]}); set aside as "
+            f"{target.name}, its rows are recomputed"
+        )
+    return moved
 
 
 def _remove_temp(table_dir: Path) -> None:
@@ -304,7 +362,7 @@ def _write_part(
     out_dir.mkdir(parents=True, exist_ok=True)
     # A unique temporary name: two attempts of one task may overlap.
     tmp = out_dir / f"{_TMP_PREFIX}{uuid.uuid4().hex[:8]}-{name}"
-    pq.write_table(batch, tmp)
+    pq.write_table(batch, tmp, write_page_checksum=True)
     tmp.replace(out_dir / name)
     return pa.Table.from_pylist([_describe(name, batch, nodes)], schema=_WRITTEN)
 

@@ -53,7 +53,19 @@ from cube_ray.pipeline.method import (
     StageSpec,
     stage_graph,
 )
-from cube_ray.pipeline.parts import _TMP_PREFIX, StageStats, _rows_in, part_files
+from cube_ray.pipeline.ownership import (
+    check_config_owner,
+    check_corpus_owner,
+    read_manifest,
+)
+from cube_ray.pipeline.parts import (
+    _TMP_PREFIX,
+    StageStats,
+    _rows_in,
+    part_files,
+    set_aside_corrupt,
+)
+from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
@@ -91,6 +103,10 @@ class RunOptions:
     """Progress bars; None uses ``ray.progress`` of the config."""
     report: bool = True
     """Write report.html/report.md when ``cube_ray.report`` is available."""
+    update: bool = False
+    """Let a changed config or corpus update the run dir in place (changed
+    rows recomputed); without it such a run is refused
+    (``cube_ray.pipeline.ownership``)."""
     quiet: bool = False
     """Send vLLM/Ray output (and anything else written to stdout/stderr) to
     ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
@@ -309,6 +325,14 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
                 self.prepare_system(system)  # its waves come one after another
                 prepared.add(system.name)
             self.run_spec(spec, step.wave, step.waves)
+            if system is not None:  # unknown ids: stop, rather than score 0
+                check_system_ids(
+                    self.run_dir,
+                    system,
+                    answers=part_files(self.table_dir(ANSWERS)),
+                    documents=part_files(self.table_dir(DOCUMENTS)),
+                    questions=part_files(self.table_dir(QUESTIONS)),
+                )
 
         for spec in specs:  # early ones (QA files) fail before any stage
             system = spec.extra.get("system")
@@ -423,8 +447,40 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
+    answers, scores = current_rows(config, run_dir, answers, scores)
     summary: dict[str, Any] = summarize(answers, scores, options=options)
     return summary
+
+
+def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) -> Any:
+    """The answer and score rows of the current input only.
+
+    A run dir updated in place (``--update``), or run with a smaller
+    ``--limit``, keeps rows of documents, systems, judges and dimensions the
+    config no longer has; they never reach the summary. The current questions
+    are those of the questions table whose gold document is in the documents
+    table (which always holds exactly the current corpus).
+    """
+    import polars as pl
+
+    ids = current_question_ids(
+        part_files(run_dir / DOCUMENTS), part_files(run_dir / QUESTIONS)
+    )
+    if ids is None:
+        return answers, scores  # not a pipeline run dir: nothing to compare
+    current = pl.Series(ids.to_pylist(), dtype=pl.String)
+    systems = [*schema.BOUND_SYSTEMS, *(s.name for s in config.systems)]
+    answers = answers.filter(
+        pl.col(schema.QUESTION_ID).is_in(current.implode())
+        & pl.col(schema.SYSTEM).is_in(systems)
+    )
+    scores = scores.filter(
+        pl.col(schema.QUESTION_ID).is_in(current.implode())
+        & pl.col(schema.SYSTEM).is_in(systems)
+        & pl.col(schema.JUDGE).is_in(list(config.judges))
+        & pl.col(schema.DIMENSION).is_in([d.name for d in config.dimensions])
+    )
+    return answers, scores
 
 
 def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
@@ -444,7 +500,22 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         options = dataclasses.replace(options, limit=config.corpus.limit)
     driver = _Driver(config, options)
     started = _utc()
+    manifest = read_manifest(options.run_dir)
+    if not options.update:
+        check_config_owner(options.run_dir, config, manifest)
     staged = driver.stage_documents()  # a bad corpus fails before Ray starts
+    if not options.update:
+        try:  # before any write: the run dir may be another run's
+            check_corpus_owner(
+                options.run_dir,
+                manifest,
+                fingerprint=staged[1],
+                old_documents=part_files(driver.table_dir(DOCUMENTS)),
+                new_documents=part_files(staged[0]),
+            )
+        except BaseException:
+            shutil.rmtree(staged[0], ignore_errors=True)
+            raise
     # Quiet runs send Ray's and the engines' output to a log file: beside the
     # run dir until the preflight passes (a refused run leaves the run dir
     # untouched and no file behind), then in RUN_DIR/logs/.
@@ -491,6 +562,8 @@ def _run_stages(
         if early_log is not None and log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             early_log.replace(log_path)  # the open descriptors follow it
+        # Resume: a part file that does not read is set aside and redone.
+        set_aside_corrupt(run_dir, stamp=driver.stamp, say=_say_run)
         corpus_fp = driver.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
@@ -589,6 +662,10 @@ def _run_stages(
         report_paths,
         headline=headline,
     )
+
+
+def _say_run(text: str) -> None:
+    print(f"cube-ray: {text}", file=console(), flush=True)
 
 
 def _say_preflight(text: str) -> None:

@@ -50,20 +50,39 @@ def read_table(path: Path, kind: str) -> pl.DataFrame | None:
         )
         if not files:
             return None
-        try:
-            return pl.concat(
-                [pl.read_parquet(f) for f in files], how="diagonal_relaxed"
-            )
-        except Exception as exc:  # corrupt or foreign files
-            raise InputError(
-                f"cannot read the Parquet files of {kind}: {exc}", path=str(target)
-            ) from exc
+        frames = []
+        for f in files:
+            try:
+                frames.append(_read_file(f))
+            except Exception as exc:  # corrupt or foreign files: name the file
+                raise InputError(
+                    f"cannot read this {kind} file as Parquet ({exc}). "
+                    f"{_UNREADABLE_FIX}",
+                    path=str(f),
+                ) from None
+        return pl.concat(frames, how="diagonal_relaxed")
     try:
         return pl.read_parquet(target)
     except Exception as exc:
         raise InputError(
             f"cannot read {kind} as Parquet: {exc}", path=str(target)
         ) from exc
+
+
+_UNREADABLE_FIX = (
+    "If it is a part file of a cube-ray run dir, rerun the same `cube-ray run "
+    "CONFIG --out RUN_DIR`: it sets damaged part files aside and recomputes "
+    "their rows."
+)
+
+
+def _read_file(path: Path) -> pl.DataFrame:
+    """One Parquet file, page checksums verified (run dir parts carry them)."""
+    import pyarrow.parquet as pq
+
+    frame = pl.from_arrow(pq.read_table(path, page_checksum_verification=True))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _tables_reader(kind: str) -> Any:

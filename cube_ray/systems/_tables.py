@@ -80,21 +80,37 @@ def _read_jsonl(path: Path, *, what: str) -> tuple[list[str], list[dict[str, Any
     # mixed types (ids as int in one row, str in another) do not break inference.
     rows: list[dict[str, Any]] = []
     columns: dict[str, None] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh):
+    with path.open("rb") as fh:
+        is_array = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+    if is_array:  # one JSON array of objects (a .json file), not JSON Lines
+        try:
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
+        except json.JSONDecodeError as exc:
+            msg = f"{what}: the JSON array is not valid JSON ({exc.msg}); fix it"
+            raise InputError(msg, path=str(path), line=exc.lineno) from None
+        items = data if isinstance(data, list) else [data]
+        for i, obj in enumerate(items):
+            if not isinstance(obj, dict):
+                msg = f"{what}: item {i + 1} is a {type(obj).__name__}, not an object"
+                raise InputError(msg, path=str(path), row=i)
+            columns.update(dict.fromkeys(obj))
+            rows.append(obj)
+        return list(columns), rows
+    with path.open(encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 msg = (
-                    f"{what}: line is not valid JSON ({exc.msg}); write one JSON "
-                    "object per line"
+                    f"{what}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "write one JSON object per line"
                 )
-                raise InputError(msg, path=str(path), row=lineno) from exc
+                raise InputError(msg, path=str(path), line=lineno) from None
             if not isinstance(obj, dict):
                 msg = f"{what}: line holds a {type(obj).__name__}, expected an object"
-                raise InputError(msg, path=str(path), row=lineno)
+                raise InputError(msg, path=str(path), line=lineno)
             columns.update(dict.fromkeys(obj))
             rows.append(obj)
     return list(columns), rows

@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 N_DOCS = 8
 
 
-def run_cli(cfg: Path, run_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+def run_cli(
+    cfg: Path, run_dir: Path, log: Path, *extra: str
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -42,6 +44,7 @@ def run_cli(cfg: Path, run_dir: Path, log: Path) -> subprocess.Popen[bytes]:
             str(log),
             "--no-progress",
             "--no-report",
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -116,7 +119,13 @@ def test_kill_9_in_judge_stage_then_resume(tmp_path: Path) -> None:
         "- {name: completeness}\n- {name: quality, rubric: 'Rubric: quality, v2.'}\n"
     )
     cfg.write_text(text, encoding="utf-8")
-    third = run_cli(cfg, run_dir, log3)
+    # Another rubric is another run: refused, unless asked to update in place.
+    refused = run_cli(cfg, run_dir, log3)
+    _, err = refused.communicate(timeout=900)
+    assert refused.returncode == 2, err.decode()[-3000:]
+    assert b"dimensions[3].rubric (null -> " in err
+    assert b"--update" in err
+    third = run_cli(cfg, run_dir, log3, "--update")
     _, err = third.communicate(timeout=900)
     assert third.returncode == 0, err.decode()[-3000:]
     changed = calls(log3, "judge")

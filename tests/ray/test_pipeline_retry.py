@@ -166,6 +166,7 @@ def test_interrupted_changed_config_run_is_compacted_on_resume(
         "- {name: completeness}\n- {name: quality, rubric: 'Rubric: quality, v2.'}\n",
         encoding="utf-8",
     )
+    opts = RunOptions(run_dir=run_dir, progress=False, report=False, update=True)
     scores = run_dir / "scores"
     before = {p.name for p in part_files(scores, "scores:j1")}
     with monkeypatch.context() as m:

@@ -81,3 +81,18 @@ def test_cluster_yaml_installs_the_job_server() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'cluster = ["ray[default]' in pyproject
     assert ",cluster," in (ROOT / "Makefile").read_text()
+
+
+def test_cluster_yaml_starts_every_node_with_token_auth() -> None:
+    """The head's job API listens on 0.0.0.0: head and workers start with
+    RAY_AUTH_MODE=token and the token file that file_mounts copies."""
+    config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    token_path = "/home/ray/ray_auth_token"
+    assert token_path in config["file_mounts"]
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in config[key] if "ray start" in c]
+        assert starts, key
+        for command in starts:
+            before_start = command.split("ray start")[0]
+            assert "RAY_AUTH_MODE=token" in before_start, command
+            assert f"RAY_AUTH_TOKEN_PATH={token_path}" in before_start, command

@@ -70,7 +70,7 @@ def test_content_hash_tracks_text(tmp_path: Path) -> None:
 
 def test_hashed_ids_are_stable_without_id_field(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "r.jsonl", [{"name": "a"}, {"name": "b"}])
-    c = cfg(path, id_field=None)
+    c = cfg(path, id_field=None, fields=["name"])
     first = docs(c).column(schema.DOC_ID).to_pylist()
     assert first == docs(c).column(schema.DOC_ID).to_pylist()
     assert len(set(first)) == 2
@@ -84,14 +84,14 @@ def test_duplicate_ids_name_both_rows(tmp_path: Path) -> None:
     with pytest.raises(
         InputError, match=r"duplicate document id 'a' \(first at row 0"
     ) as e:
-        docs(cfg(path), batch_rows=1)
+        docs(cfg(path, fields=["name"]), batch_rows=1)
     assert (e.value.path, e.value.row, e.value.field) == (str(path), 2, "id")
 
 
 def test_duplicate_records_without_id_field(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "r.jsonl", [{"name": "x"}, {"name": "x"}])
     with pytest.raises(InputError, match="exact duplicate"):
-        docs(cfg(path, id_field=None))
+        docs(cfg(path, id_field=None, fields=["name"]))
 
 
 def test_missing_id_field(tmp_path: Path) -> None:
@@ -131,9 +131,22 @@ def test_non_utf8(tmp_path: Path) -> None:
 def test_invalid_json(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"id": "a", "name": "x"}\n{"id": \n', encoding="utf-8")
-    with pytest.raises(InputError, match="invalid JSON") as e:
+    with pytest.raises(InputError, match="not valid JSON") as e:
         docs(cfg(path))
     assert e.value.row == 1
+    assert e.value.line == 2
+    assert str(e.value).startswith(f"file {path}, line 2: not valid JSON")
+
+
+def test_a_json_array_file_is_read_as_records(tmp_path: Path) -> None:
+    records = [{"id": "a", "name": "x"}, {"id": "b", "name": "y"}]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(records, indent=2), encoding="utf-8")
+    table = docs(cfg(path, fields=["name"]))
+    assert table.column(schema.DOC_ID).to_pylist() == ["a", "b"]
+    path.write_text('[{"id": "a", "name": "x"},\n 3]', encoding="utf-8")
+    with pytest.raises(InputError, match="item 2 of the JSON array is a int"):
+        docs(cfg(path, fields=["name"]))
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -182,7 +195,9 @@ def test_limit_and_batches(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "r.jsonl", [{"id": str(i), "name": "x"} for i in range(10)]
     )
-    batches = list(iter_document_batches(cfg(path), batch_rows=3, limit=7))
+    batches = list(
+        iter_document_batches(cfg(path, fields=["name"]), batch_rows=3, limit=7)
+    )
     assert [b.num_rows for b in batches] == [3, 3, 1]
 
 
@@ -196,3 +211,33 @@ def test_guangdong_sample_with_shipped_field_map() -> None:
     first = table.column(schema.TEXT)[0].as_py()
     assert first.startswith("事项名称: ")
     assert "无" not in first.splitlines()[-1].split(": ", 1)[1:]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+@pytest.mark.parametrize("key", ["fields", "title_field"])
+def test_a_mistyped_field_is_one_error_naming_the_columns(
+    tmp_path: Path, fmt: str, key: str
+) -> None:
+    """A field no record has would make every document lose it silently."""
+    records = [{"id": "a", "name": "x", "fee": "1"}, {"id": "b", "name": "y"}]
+    path = tmp_path / f"r.{fmt}"
+    if fmt == "jsonl":
+        write_jsonl(path, records)
+    elif fmt == "csv":
+        path.write_text("id,name,fee\na,x,1\nb,y,\n", encoding="utf-8")
+    else:
+        pq.write_table(pa.Table.from_pylist(records), path)
+    good = cfg(path, fields=["name", "fee"], title_field="name")
+    assert docs(good).num_rows == 2
+    bad = (
+        cfg(path, fields=["name", "fees"])
+        if key == "fields"
+        else cfg(path, fields=["name"], title_field="nmae")
+    )
+    with pytest.raises(InputError) as info:
+        docs(bad)
+    text = str(info.value)
+    typo, fix = ("fees", "fee") if key == "fields" else ("nmae", "name")
+    assert text.startswith(f"file {path}, field {typo!r}: corpus.{key} names {typo!r}")
+    assert f"did you mean {fix!r}?" in text
+    assert "'id', 'name'" in text

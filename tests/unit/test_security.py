@@ -221,6 +221,15 @@ def test_dry_run_lists_variables_and_hosts_never_values(
         ({"worker_extension_cls": "evil.module.Cls"}, {}),
         ({"logits_processors": ["evil.Proc"]}, {}),
         ({}, {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}),
+        ({"scheduler_cls": "evil.sched.Scheduler"}, {}),
+        ({"distributed_executor_backend": "evil.exec.Backend"}, {}),
+        ({"compilation_config": {"backend": "evil.compile.fn"}}, {}),
+        ({"compilation_config": '{"backend": "evil.compile.fn"}'}, {}),
+        ({"a_future_hook": "evil.module.Hook"}, {}),
+        ({}, {"PYTHONPATH": "/tmp/evil"}),
+        ({}, {"LD_PRELOAD": "/tmp/evil.so"}),
+        ({}, {"LD_LIBRARY_PATH": "/tmp/evil"}),
+        ({}, {"VLLM_PLUGINS": "evil"}),
     ],
 )
 def test_code_loading_needs_allow_remote_code(
@@ -245,9 +254,94 @@ def test_trust_remote_code_false_is_fine(tmp_path: Path) -> None:
     cfg["generator"] = {
         "backend": "vllm",
         "model": "/m",
-        "engine_kwargs": {"trust_remote_code": False},
+        "engine_kwargs": {
+            "trust_remote_code": False,
+            "distributed_executor_backend": "mp",
+            "compilation_config": {"level": 0},
+            "max_num_seqs": 4,
+        },
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "4"},
     }
     assert not load(tmp_path, cfg).allow_remote_code
+
+
+def _outside(tmp: Path) -> Path:
+    """A secret file outside the config's folder (the config is in ``tmp/cfg``)."""
+    secret = tmp / "home" / ".aws" / "credentials"
+    secret.parent.mkdir(parents=True)
+    secret.write_text(f"aws_secret_access_key = {SECRET}\n", encoding="utf-8")
+    return secret
+
+
+def _config_in_subdir(tmp: Path) -> tuple[Path, dict[str, Any]]:
+    folder = tmp / "cfg"
+    folder.mkdir()
+    return folder, base(folder)
+
+
+@pytest.mark.parametrize(
+    "where", ["rubric_file", "rubric_tilde", "prompt", "prompt_no_txt", "symlink"]
+)
+def test_files_outside_the_config_folder_are_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    """A config cannot read (and so send to a judge) a file outside its folder:
+    exit 2 naming the field, before any file is read; data_dirs or
+    allow_outside_paths opt in."""
+    folder, cfg = _config_in_subdir(tmp_path)
+    secret = _outside(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    field = {
+        "rubric_file": "dimensions[0].rubric_file",
+        "rubric_tilde": "dimensions[0].rubric_file",
+        "prompt": "prompts.judge",
+        "prompt_no_txt": "prompts.judge",
+        "symlink": "dimensions[0].rubric_file",
+    }[where]
+    if where == "rubric_file":
+        cfg["dimensions"] = [{"name": "relevance", "rubric_file": str(secret)}]
+    elif where == "rubric_tilde":
+        cfg["dimensions"] = [{"name": "relevance", "rubric_file": "~/.aws/credentials"}]
+    elif where == "symlink":
+        (folder / "rubric.txt").symlink_to(secret)
+        cfg["dimensions"] = [{"name": "relevance", "rubric_file": "rubric.txt"}]
+    else:
+        judge = tmp_path / "home" / "judge.txt"
+        judge.write_text("$nonce $question $answer $document $rubric", "utf-8")
+        cfg["prompts"] = {
+            "judge": str(judge) if where == "prompt" else "../home/.aws/credentials"
+        }
+    path = folder / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    code = main(["run", str(path), "--out", str(folder / "out"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"config file '{path}' is invalid" in err
+    assert f"{field} is " in err
+    assert "data_dirs" in err
+    assert "allow_outside_paths: true" in err
+    assert SECRET not in err
+    assert not (folder / "out").exists()
+    if where in ("prompt", "prompt_no_txt"):
+        return  # the opt-ins are shown with a rubric file
+    cfg["data_dirs"] = [str(secret.parent)]
+    assert load(folder, cfg).dimensions[0].rubric_text() == (
+        f"aws_secret_access_key = {SECRET}"
+    )
+    del cfg["data_dirs"]
+    cfg["allow_outside_paths"] = True
+    assert load(folder, cfg).allow_outside_paths
+
+
+def test_shipped_configs_read_only_their_declared_folders() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for name in ("demo.yaml", "guangdong.yaml"):
+        data = yaml.safe_load((root / "conf" / name).read_text(encoding="utf-8"))
+        assert data["data_dirs"], name
+        assert not data.get("allow_outside_paths"), name
 
 
 @pytest.mark.parametrize(

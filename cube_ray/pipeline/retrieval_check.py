@@ -1,0 +1,149 @@
+"""A system whose retrieved ids are not corpus ids is a misconfiguration, not a 0.
+
+A wrong ``retrieved_path`` (or ``id_pattern``, or a system indexing another
+corpus) gives every answer no gold rank, so the system's CuBE would be 0 while
+its rows stay ``ok``. After a system's stage, the driver counts its ``ok``
+answers whose retrieved ids are missing or hold no corpus id; when that is
+most of them, the run stops (exit 2) showing one such answer and the ids it
+got. ``cube-ray check`` asks each HTTP system one question for the same test
+before a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cube_ray import schema
+from cube_ray.errors import InputError
+
+__all__ = ["MOST", "check_system_ids", "current_question_ids", "unknown_id_rows"]
+
+MOST = 0.5
+"""Share of a system's ``ok`` answers above which unknown ids stop the run."""
+
+
+def unknown_id_rows(retrieved: pa.ChunkedArray | pa.Array, doc_ids: Any) -> pa.Array:
+    """Per answer: True when it retrieved no id that is a corpus id.
+
+    >>> ids = pa.array([["a", "x"], [], None, ["x"]], pa.list_(pa.string()))
+    >>> unknown_id_rows(ids, pa.array(["a", "b"])).to_pylist()
+    [False, True, True, True]
+    """
+    if isinstance(retrieved, pa.ChunkedArray):
+        retrieved = retrieved.combine_chunks()
+    n = len(retrieved)
+    flat = pc.list_flatten(retrieved)
+    parents = pc.list_parent_indices(retrieved)
+    known = pc.is_in(flat, value_set=doc_ids)
+    hits = pc.unique(pc.filter(parents, known)).to_pylist()
+    mask = [True] * n
+    for i in hits:
+        mask[i] = False
+    return pa.array(mask, pa.bool_())
+
+
+def _read(files: list[Path], columns: list[str], filters: list[Any] | None) -> pa.Table:
+    """The rows of part files that pass ``filters``.
+
+    File by file: parts written by different stages may differ in their extra
+    columns.
+    """
+    tables = [pq.read_table(f, columns=columns, filters=filters) for f in files]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def current_question_ids(
+    documents: list[Path], questions: list[Path]
+) -> pa.Array | None:
+    """Ids of the questions of the current input; None without both tables.
+
+    The questions whose gold document is in the documents table, which always
+    holds exactly the current run's corpus (a run with a smaller ``--limit``,
+    or one that updated its dir, leaves other questions' rows behind).
+    """
+    if not documents or not questions:
+        return None
+    docs = _read(documents, [schema.DOC_ID], None).column(schema.DOC_ID)
+    table = _read(questions, [schema.QUESTION_ID, schema.DOC_ID], None)
+    keep = pc.is_in(table.column(schema.DOC_ID), value_set=docs.combine_chunks())
+    ids = table.filter(keep).column(schema.QUESTION_ID).combine_chunks()
+    return pc.unique(ids)
+
+
+def _example(files: list[Path], system: str, question_id: str) -> str:
+    table = _read(
+        files,
+        [schema.ANSWER],
+        [(schema.SYSTEM, "=", system), (schema.QUESTION_ID, "=", question_id)],
+    )
+    answers = table.column(schema.ANSWER).to_pylist() if table.num_rows else []
+    text = next((a for a in answers if a), "") or ""
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def check_system_ids(
+    run_dir: Path,
+    system: Any,
+    *,
+    answers: list[Path],
+    documents: list[Path],
+    questions: list[Path],
+) -> None:
+    """Stop when most of a system's answers retrieved no corpus id.
+
+    Args:
+        run_dir: The run dir (for the message).
+        system: The system's config (its ``name``, ``kind``).
+        answers: Part files of the answers table.
+        documents: Part files of the documents table.
+        questions: Part files of the questions table (only the answers of
+            current questions count).
+
+    Raises:
+        InputError: Naming the system, the share, one answer and its ids, and
+            the settings to check.
+    """
+    if not answers or not documents:
+        return
+    name = system.name
+    rows = _read(
+        answers,
+        [schema.QUESTION_ID, schema.RETRIEVED_DOC_IDS, schema.STATUS],
+        [(schema.SYSTEM, "=", name), (schema.STATUS, "=", schema.STATUS_OK)],
+    )
+    current = current_question_ids(documents, questions)
+    if current is not None:
+        rows = rows.filter(pc.is_in(rows.column(schema.QUESTION_ID), value_set=current))
+    if rows.num_rows == 0:
+        return
+    docs = _read(documents, [schema.DOC_ID], None).column(schema.DOC_ID)
+    unknown = unknown_id_rows(
+        rows.column(schema.RETRIEVED_DOC_IDS), docs.combine_chunks()
+    )
+    bad = rows.filter(unknown)
+    if bad.num_rows <= MOST * rows.num_rows:
+        return
+    qid = bad.column(schema.QUESTION_ID)[0].as_py()
+    got = bad.column(schema.RETRIEVED_DOC_IDS)[0].as_py() or []
+    answer = _example(answers, name, qid)
+    fixes = {
+        "http": "check its retrieved_path (and id_pattern) against a real "
+        "response, and that it searches this corpus; `cube-ray check CONFIG` "
+        "asks it one question and shows the reply",
+        "qa_file": "check its retrieved_field and that its ids are this "
+        "corpus' document ids (corpus.id_field)",
+    }
+    fix = fixes.get(getattr(system, "kind", ""), "check that it searches this corpus")
+    msg = (
+        f"system {name!r}: {bad.num_rows} of its {rows.num_rows} answers retrieved "
+        "no document of the corpus, so every gold rank would be 0 and its CuBE "
+        f"0; e.g. question {qid!r} got ids {got[:8]} and answer {answer!r}. "
+        f"Fix: {fix}; then rerun (the run dir {str(run_dir)!r} keeps every "
+        "other stage's rows)"
+    )
+    raise InputError(msg, field=f"systems[{name}]")
