@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from cube_ray.config import EnvUse, RunConfig
+from cube_ray.config import EnvUse, RunConfig, _host
 from cube_ray.corpus import iter_document_batches
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import stage_graph
@@ -211,14 +210,6 @@ class FileUse:
     """Engines and hosts its content (or text written from it) is sent to."""
 
 
-def _netloc(url: str) -> str:
-    try:
-        netloc = urlsplit(url).netloc.rpartition("@")[2]
-    except ValueError:
-        netloc = ""
-    return netloc or url
-
-
 def engine_destination(engine: Any) -> str:
     """Where an engine runs: the host of an HTTP engine, or a local process.
 
@@ -230,7 +221,7 @@ def engine_destination(engine: Any) -> str:
     """
     backend = getattr(engine, "backend", "?")
     if backend == "openai_http":
-        return f"{_netloc(str(engine.base_url))} (HTTP engine)"
+        return f"{_host(str(engine.base_url))} (HTTP engine)"
     return {
         "vllm": "local vLLM engine",
         "embedded": "local embedded engine",
@@ -256,7 +247,7 @@ def file_uses(config: RunConfig) -> list[FileUse]:
     systems: list[str] = []
     for system in config.systems:
         if system.kind == "http":
-            systems.append(f"{_netloc(system.url)} (HTTP system {system.name})")
+            systems.append(f"{_host(system.url)} (HTTP system {system.name})")
         elif system.kind == "builtin_rag":
             systems.append(f"built-in RAG {system.name} (uses {generator})")
     uses: list[FileUse] = []

@@ -88,10 +88,9 @@ def _check_paths(run_dir: str, out_dir: str | None) -> None:
     from cube_ray.errors import ConfigError
 
     run = Path(run_dir)
-    if not run.is_dir():
-        what = "a file" if run.exists() else "missing (no such file or directory)"
+    if run.exists() and not run.is_dir():  # a missing one: write_report says so
         msg = (
-            f"RUN_DIR {run_dir!r} is {what}; report wants a run directory (the "
+            f"RUN_DIR {run_dir!r} is a file; report wants a run directory (the "
             "--out of cube-ray run, holding summary.json, answers/ and scores/)"
         )
         raise ConfigError(msg)
