@@ -40,6 +40,7 @@ __all__ = [
     "trim_count",
     "trimmed_mean_exprs",
     "trimmed_means",
+    "weighted_totals",
 ]
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -395,6 +396,47 @@ def pearson_weights(
     )
     result = lf.with_columns(weight.alias(WEIGHT), fallback.alias(FALLBACK))
     return _finish(correlations, _drop_group(result, by))
+
+
+def weighted_totals(
+    frame: FrameT,
+    *,
+    by: Sequence[str],
+    weight: str = WEIGHT,
+    value: str = TRIMMED_MEAN,
+) -> FrameT:
+    """Weighted total ``sum_d w_d x_d`` per group (CUBE_METHOD.md section 6).
+
+    A dimension of weight 0 does not count even when its value is missing;
+    a missing value of a dimension with positive weight makes the total
+    missing (null).
+
+    Args:
+        frame: One row per group and dimension with ``weight`` and ``value``.
+        by: Grouping columns (the dimension column is *not* among them).
+        weight: The weight column.
+        value: The value column.
+
+    Returns:
+        ``by`` + ``value`` (the total), one row per group, unordered.
+
+    Examples:
+        >>> df = pl.DataFrame(
+        ...     {"g": [1, 1, 1, 2, 2], "weight": [0.5, 0.5, 0.0, 0.5, 0.5],
+        ...      "trimmed_mean": [2.0, 4.0, None, 2.0, None]}
+        ... )
+        >>> weighted_totals(df, by=["g"]).sort("g").rows()
+        [(1, 3.0), (2, None)]
+    """
+    lf, keys = _with_group(frame.lazy(), by)
+    w, x = pl.col(weight), pl.col(value)
+    result = lf.group_by(keys).agg(
+        pl.when(((w > 0) & x.is_null()).any())
+        .then(None)
+        .otherwise((w * x).sum())
+        .alias(value)
+    )
+    return _finish(frame, _drop_group(result, by))
 
 
 def rank_scores(
