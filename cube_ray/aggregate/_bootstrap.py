@@ -67,10 +67,6 @@ the summary)."""
 BLOCK_ROWS = 4_000_000
 """Replicates are evaluated in blocks of at most about this many joined rows."""
 
-_FEW_VALUES = 2048
-"""Scores with at most this many distinct values are compressed into
-histograms per replicate before trimming (judges' integer scores)."""
-
 _B, _Q, _G, _S, _J, _D, _SET, _FIG = "_b", "_q", "_g", "_s", "_j", "_d", "_set", "_f"
 _SETS = ("zero", "full", "rag")
 """Set codes 0, 1, 2 of the trimmed-means frame."""
@@ -286,9 +282,12 @@ def _prepare(
         (((pl.col(_S) * 2 + set_code) * nj) * nd + jd).cast(pl.UInt32).alias(_G),
         schema.SCORE,
     )
-    column = s.get_column(schema.SCORE)
-    step = max(1, column.len() // 100_000)
-    few = column.gather_every(step).n_unique() <= _FEW_VALUES
+    # Histograms pay when they compress the rows several times (many questions,
+    # judges' integer scores); otherwise the raw rows are cheaper.
+    few = rag.height + bounds.height >= 4 * (
+        rag.select(_G, RANK_SCORE, schema.SCORE).n_unique()
+        + bounds.select(_G, schema.SCORE).n_unique()
+    )
     return _Tables(
         questions, judges, systems, dims, answer_rows, rag, bounds, few_values=few
     )

@@ -331,28 +331,40 @@ def pearson(
     if count is None:
         result = lf.group_by(keys).agg(*pearson_exprs(pl.col(x), pl.col(y)))
         return _finish(frame, _drop_group(result.sort(keys), by))
-    xs = pl.col(x).cast(pl.Float64)
-    ys = pl.col(y).cast(pl.Float64)
+    # Two passes of plain sums (group means, then centred sums): plain
+    # aggregations stay on Polars' fast grouping path, also with many groups
+    # (a bootstrap groups by replicate too).
     c = pl.col(count).cast(pl.Float64)
-    n = c.sum()
-    dx = xs - (c * xs).sum() / n
-    dy = ys - (c * ys).sum() / n
-    sxy = (c * dx * dy).sum()
-    sxx = (c * dx * dx).sum()
-    syy = (c * dy * dy).sum()
-    defined = (
-        (n >= 2)
-        & (xs.min() != xs.max())
-        & (ys.min() != ys.max())
-        & (sxx > 0)
-        & (syy > 0)
+    xs, ys = pl.col(x).cast(pl.Float64), pl.col(y).cast(pl.Float64)
+    means = lf.group_by(keys).agg(
+        c.sum().alias(N),
+        ((c * xs).sum() / c.sum()).alias("_mx"),
+        ((c * ys).sum() / c.sum()).alias("_my"),
+        (xs.min() != xs.max()).alias("_vx"),
+        (ys.min() != ys.max()).alias("_vy"),
     )
+    dx, dy = xs - pl.col("_mx"), ys - pl.col("_my")
+    sums = (
+        lf.join(means, on=keys)
+        .with_columns(
+            (c * dx * dy).alias("_sxy"),
+            (c * dx * dx).alias("_sxx"),
+            (c * dy * dy).alias("_syy"),
+        )
+        .group_by(keys)
+        .agg(
+            pl.col(N, "_vx", "_vy").first(),
+            pl.col("_sxy", "_sxx", "_syy").sum(),
+        )
+    )
+    sxx, syy = pl.col("_sxx"), pl.col("_syy")
+    defined = (pl.col(N) >= 2) & pl.col("_vx") & pl.col("_vy") & (sxx > 0) & (syy > 0)
     r = (
         pl.when(defined)
-        .then((sxy / (sxx.sqrt() * syy.sqrt())).clip(-1.0, 1.0))
+        .then((pl.col("_sxy") / (sxx.sqrt() * syy.sqrt())).clip(-1.0, 1.0))
         .otherwise(None)
     )
-    result = lf.group_by(keys).agg(n.cast(pl.Int64).alias(N), r.alias(R)).sort(keys)
+    result = sums.select(*keys, pl.col(N).cast(pl.Int64), r.alias(R)).sort(keys)
     return _finish(frame, _drop_group(result, by))
 
 

@@ -62,6 +62,8 @@ from cube_ray.systems.kinds import system_kind
 if TYPE_CHECKING:
     from ray.data import Dataset
 
+    from cube_ray.aggregate import Summary
+
 __all__ = [
     "RunOptions",
     "RunResult",
@@ -377,14 +379,14 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
 
 def _summarize_task(
     config: RunConfig, run_dir: Path
-) -> tuple[dict[str, Any] | None, CubeRayError | None]:
+) -> tuple[Summary | None, CubeRayError | None]:
     try:
         return summarize_run(config, run_dir), None
     except CubeRayError as exc:  # returned, so the driver shows it without a
         return None, exc  # remote traceback
 
 
-def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
+def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> Summary | None:
     """The aggregation as a Ray task on the driver's node.
 
     The run dir is on the driver's machine, so the task runs there, but in its
@@ -407,10 +409,14 @@ def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any]
     return summary
 
 
-def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
-    """Aggregate the written tables into the summary (None if unavailable)."""
+def summarize_run(config: RunConfig, run_dir: Path) -> Summary | None:
+    """Aggregate the written tables into the summary (None if unavailable).
+
+    With the headline's bootstrap intervals (``summary.intervals``), which the
+    report and the console only show.
+    """
     try:
-        from cube_ray.aggregate import summarize
+        from cube_ray.aggregate import summarize, with_intervals
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
         return None
@@ -421,8 +427,8 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
-    summary: dict[str, Any] = summarize(answers, scores, options=options)
-    return summary
+    summary = summarize(answers, scores, options=options)
+    return with_intervals(summary, answers, scores)
 
 
 def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
@@ -530,8 +536,7 @@ def _run_stages(
             ray.shutdown()
     summary_path: Path | None = None
     if summary is not None:
-        summary_path = run_dir / "summary.json"
-        _atomic_json(summary_path, summary)
+        summary_path = summary.write(run_dir / "summary.json")
     # The manifest is final before the report is written: the report shows it.
     manifest.update(
         {
