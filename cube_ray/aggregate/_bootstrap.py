@@ -57,7 +57,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-FixedWeights = Mapping[str, Mapping[str, Mapping[str, float]]]
+FixedWeights = Mapping[str, Mapping[str, Mapping[str, float | None]]]
 """``judge -> system -> dimension -> weight`` as recorded in ``summary.json``."""
 
 MIN_SPAN = 1e-9

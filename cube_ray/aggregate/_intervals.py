@@ -11,7 +11,7 @@ does so for the judges and options a summary records and returns the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,6 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate._bootstrap import (
-    CubeReplicates,
     FixedWeights,
     FloatArray,
     evaluate_replicates,
@@ -129,11 +128,11 @@ def bootstrap_cube(
         )
 
     def interval(
-        values: FloatArray, pick: Callable[[CubeReplicates], FloatArray]
+        values: FloatArray, at_point: FloatArray, at_jack: FloatArray | None
     ) -> Interval:
-        if jack is None:
+        if at_jack is None:
             return percentile_interval(values, confidence)
-        return bca_interval(values, float(pick(point)[0]), pick(jack), confidence)
+        return bca_interval(values, float(at_point[0]), at_jack, confidence)
 
     out: dict[str, BootstrapResult] = {}
     for si, system in enumerate(rep.systems):
@@ -145,13 +144,27 @@ def bootstrap_cube(
             confidence=confidence,
             method=method,
             judges=tuple(j for ji, j in enumerate(rep.judges) if rep.used[ji, si]),
-            cube=interval(cube_b, lambda r, si=si: r.cube_mean[si]),
-            weighted=interval(
-                rep.weighted_mean[si], lambda r, si=si: r.weighted_mean[si]
+            cube=interval(
+                cube_b,
+                point.cube_mean[si],
+                None if jack is None else jack.cube_mean[si],
             ),
-            recall=interval(rep.recall[si], lambda r, si=si: r.recall[si]),
+            weighted=interval(
+                rep.weighted_mean[si],
+                point.weighted_mean[si],
+                None if jack is None else jack.weighted_mean[si],
+            ),
+            recall=interval(
+                rep.recall[si],
+                point.recall[si],
+                None if jack is None else jack.recall[si],
+            ),
             per_judge={
-                judge: interval(rep.cube[ji, si], lambda r, a=ji, b=si: r.cube[a, b])
+                judge: interval(
+                    rep.cube[ji, si],
+                    point.cube[ji, si],
+                    None if jack is None else jack.cube[ji, si],
+                )
                 for ji, judge in enumerate(rep.judges)
             },
             n_defined=int(np.isfinite(cube_b).sum()),

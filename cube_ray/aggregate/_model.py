@@ -283,7 +283,8 @@ class Parameters(AggregateOptions):
 class Summary(_Model):
     """The content of ``summary.json``."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[2] = 2
+    """The format version (:data:`SCHEMA_VERSION`)."""
     parameters: Parameters
     systems: list[str]
     judge_names: list[str]
