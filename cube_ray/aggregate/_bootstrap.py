@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+from scipy import sparse
 
 from cube_ray import schema
 from cube_ray.aggregate._math import (
@@ -64,8 +65,9 @@ MIN_SPAN = 1e-9
 """``full - zero`` at or below this makes a normalised value undefined (as in
 the summary)."""
 
-BLOCK_ROWS = 4_000_000
-"""Replicates are evaluated in blocks of at most about this many joined rows."""
+BLOCK_CELLS = 4_000_000
+"""Replicates are evaluated in blocks of at most about this many histogram
+cells (and question counts)."""
 
 _B, _Q, _G, _S, _J, _D, _SET, _FIG = "_b", "_q", "_g", "_s", "_j", "_d", "_set", "_f"
 _SETS = ("zero", "full", "rag")
@@ -161,7 +163,46 @@ class _Tables:
     bounds: pl.DataFrame
     """``_q, _g, score``; ``_g = ((s * 2 + set) * J + j) * D + d`` (``s = 0``
     unless the bounds are paired)."""
-    few_values: bool
+    cells: dict[str, _Cells] = field(default_factory=dict)
+    """Per table (``rag``, ``bounds``, ``answers``) its histogram cells."""
+
+
+@dataclass
+class _Cells:
+    """The distinct rows of a table (its histogram cells) and which questions
+    fall in each: a resample's histogram is ``counts @ incidence``."""
+
+    values: pl.DataFrame
+    """One row per cell: the group code and the value(s)."""
+    incidence: sparse.csr_matrix
+    """``[cells, questions]``: 1 where the question has a row in the cell."""
+
+    @classmethod
+    def of(cls, rows: pl.DataFrame, n: int, by: list[str]) -> _Cells:
+        values = rows.select(by).unique(maintain_order=True).with_row_index("_c")
+        cell = rows.join(values, on=by, how="left", nulls_equal=True)
+        ones = np.ones(cell.height, dtype=np.float64)
+        incidence = sparse.csr_matrix(
+            (
+                ones,
+                (
+                    cell.get_column("_c").to_numpy().astype(np.int64),
+                    cell.get_column(_Q).to_numpy().astype(np.int64),
+                ),
+            ),
+            shape=(values.height, n),
+        )
+        return cls(values.drop("_c"), incidence)
+
+    def histogram(self, counts: npt.NDArray[np.int64], offset: int) -> pl.DataFrame:
+        """``_b, <cell columns>, count`` of the resamples ``counts`` ``[b, n]``."""
+        product = np.asarray(self.incidence @ counts.T.astype(np.float64))
+        cell, b = np.nonzero(product)
+        frame = self.values[cell]
+        return frame.with_columns(
+            pl.Series(_B, (b + offset).astype(np.int64)),
+            pl.Series(COUNT, np.rint(product[cell, b]).astype(np.int64)),
+        )
 
 
 def _question_key(values: pl.Series) -> pl.Series:
@@ -282,14 +323,14 @@ def _prepare(
         (((pl.col(_S) * 2 + set_code) * nj) * nd + jd).cast(pl.UInt32).alias(_G),
         schema.SCORE,
     )
-    # Histograms pay when they compress the rows several times (many questions,
-    # judges' integer scores); otherwise the raw rows are cheaper.
-    few = rag.height + bounds.height >= 4 * (
-        rag.select(_G, RANK_SCORE, schema.SCORE).n_unique()
-        + bounds.select(_G, schema.SCORE).n_unique()
-    )
+    n = questions.len()
+    cells = {
+        "rag": _Cells.of(rag, n, [_G, RANK_SCORE, schema.SCORE]),
+        "bounds": _Cells.of(bounds, n, [_G, schema.SCORE]),
+        "answers": _Cells.of(answer_rows, n, [_S, "hit"]),
+    }
     return _Tables(
-        questions, judges, systems, dims, answer_rows, rag, bounds, few_values=few
+        questions, judges, systems, dims, answer_rows, rag, bounds, cells=cells
     )
 
 
@@ -300,31 +341,17 @@ def _count_matrix(idx: IntArray, n: int) -> npt.NDArray[np.int64]:
     return np.bincount(flat, minlength=nb * n).reshape(nb, n)
 
 
-def _counts(matrix: npt.NDArray[np.int64], offset: int) -> pl.DataFrame:
-    """``_b, _q, count`` rows (count > 0) of a ``[B, n]`` count matrix."""
-    n = matrix.shape[1]
-    flat = matrix.ravel()
-    nz = np.flatnonzero(flat)
-    return pl.DataFrame(
-        {
-            _B: (nz // n + offset).astype(np.uint32),
-            _Q: (nz % n).astype(np.uint32),
-            COUNT: flat[nz].astype(np.uint32),
-        }
-    )
-
-
 def _block_frames(
-    t: _Tables, counts: pl.DataFrame, trim: float
+    t: _Tables, counts: npt.NDArray[np.int64], offset: int, trim: float
 ) -> tuple[pl.DataFrame, ...]:
-    """Per replicate of the block: correlations, trimmed means, recall."""
-    c = counts.lazy().with_columns(pl.col(_Q).cast(pl.UInt32))
-    rag = c.join(t.rag.lazy().with_columns(pl.col(_Q).cast(pl.UInt32)), on=_Q)
-    bounds = c.join(t.bounds.lazy().with_columns(pl.col(_Q).cast(pl.UInt32)), on=_Q)
-    if t.few_values:
-        # Few distinct scores: one row per replicate, group and value pair.
-        rag = rag.group_by(_B, _G, RANK_SCORE, schema.SCORE).agg(pl.col(COUNT).sum())
-        bounds = bounds.group_by(_B, _G, schema.SCORE).agg(pl.col(COUNT).sum())
+    """Per replicate of the block: correlations, trimmed means, recall.
+
+    Each resample's histogram (its count in every cell) is one sparse product;
+    the kernels then run on the histograms, grouped by replicate.
+    """
+    rag = t.cells["rag"].histogram(counts, offset).lazy()
+    bounds = t.cells["bounds"].histogram(counts, offset).lazy()
+    answers = t.cells["answers"].histogram(counts, offset).lazy()
     count = pl.col(COUNT).cast(pl.Float64)
     plans = [
         pearson(rag, by=[_B, _G], x=RANK_SCORE, y=schema.SCORE, count=COUNT),
@@ -332,22 +359,23 @@ def _block_frames(
             rag.filter(pl.col(RANK_SCORE) > 0), by=[_B, _G], trim=trim, count=COUNT
         ),
         trimmed_means(bounds, by=[_B, _G], trim=trim, count=COUNT),
-        c.join(t.answers.lazy().with_columns(pl.col(_Q).cast(pl.UInt32)), on=_Q)
-        .group_by(_B, _S)
-        .agg(((count * pl.col("hit")).sum() / count.sum()).alias("recall")),
+        answers.group_by(_B, _S).agg(
+            ((count * pl.col("hit")).sum() / count.sum()).alias("recall")
+        ),
     ]
     return tuple(pl.collect_all(plans))
 
 
 def _blocks(
     n: int,
-    per_replicate: int,
+    cells: int,
     indices: IntArray | None,
     counts: npt.NDArray[np.integer[Any]] | None,
 ) -> Iterator[tuple[int, npt.NDArray[np.int64]]]:
     """``(first replicate, [b, n] count matrix)`` of each block."""
     total = (indices if indices is not None else counts).shape[0]  # type: ignore[union-attr]
-    step = max(1, BLOCK_ROWS // max(1, per_replicate))
+    # Bound both the [b, n] counts and the [cells, b] histograms of a block.
+    step = max(1, BLOCK_CELLS // max(1, cells, n))
     for start in range(0, total, step):
         if indices is not None:
             yield start, _count_matrix(indices[start : start + step], n)
@@ -480,10 +508,10 @@ def evaluate_replicates(
     if indices is None and counts is None:
         indices = np.arange(nq, dtype=np.int64)[None, :]
     nb = (indices if indices is not None else counts).shape[0]  # type: ignore[union-attr]
-    per_replicate = t.rag.height + t.bounds.height + t.answers.height
+    cells = sum(c.values.height for c in t.cells.values())
     parts: list[tuple[pl.DataFrame, ...]] = [
-        _block_frames(t, _counts(block, start), options.trim)
-        for start, block in _blocks(nq, per_replicate, indices, counts)
+        _block_frames(t, block, start, options.trim)
+        for start, block in _blocks(nq, cells, indices, counts)
     ]
     corr, tm_rag, tm_bounds, recall = (
         pl.concat([p[i] for p in parts]) for i in range(4)
