@@ -101,6 +101,12 @@ class Reason(BaseModel):
     alpha: float | None = None
     """The ``alpha`` the p-value was held against."""
 
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict[str, Any]:
+        # Only the numbers a reason rests on: no key of a number it lacks.
+        out: dict[str, Any] = handler(self)
+        return {k: v for k, v in out.items() if v is not None}
+
 
 class Separation(_Model):
     """Bound separation of one judge, system and figure (§10)."""
