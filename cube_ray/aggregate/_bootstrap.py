@@ -494,8 +494,8 @@ def evaluate_replicates(
         >>> rep = evaluate_replicates(
         ...     answers, scores, indices=np.array([[0, 1, 2], [0, 0, 2]]),
         ...     options=AggregateOptions(trim=0.0))
-        >>> rep.cube[0, 0].round(6).tolist()  # as drawn: 62.5 x 2/3; q1 twice
-        [41.666667, 41.666667]
+        >>> rep.cube[0, 0].round(6).tolist()  # as drawn; then q1 twice, no q2
+        [41.666667, 52.380952]
     """
     options = options or AggregateOptions()
     t = _prepare(answers, scores, options=options, dimensions=dimensions)

@@ -40,7 +40,21 @@ def console_lines(run: RunData) -> list[str]:
     ... # doctest: +NORMALIZE_WHITESPACE
     rag: no verdict — no judge separates the bounds; no CuBE, recall@3 0.667
       left out: j: bounds not separated (gap 4.00 points, p = 1.000)
-    flags: bounds not separated ×5 (summary.json; the report explains each)
+    flags: bounds not separated ×2 (summary.json; the report explains each)
+
+    Keeping the unseparated judge, and with the summary's intervals:
+
+    >>> from cube_ray.aggregate import with_intervals
+    >>> kept = summarize(answers, scores,
+    ...                  options=AggregateOptions(k=3, require_separation=False))
+    >>> run = RunData(Path("runs/demo"), kept)
+    >>> print(console_lines(run)[0])  # doctest: +NORMALIZE_WHITESPACE
+    rag: CuBE 41.67, no interval (summary.json has none)
+      (1 of 1 judges: j; SD n/a), recall@3 0.667
+    >>> run = RunData(Path("runs/demo"), with_intervals(kept, answers, scores,
+    ...               n_resamples=50, method="percentile"))
+    >>> console_lines(run)[0].split(" (")[0]
+    'rag: CuBE 41.67, 95% CI [8.33, 83.33]'
     """
     lines = []
     for system in run.systems:
