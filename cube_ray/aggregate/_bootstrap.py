@@ -169,8 +169,10 @@ class _Tables:
 
 @dataclass
 class _Cells:
-    """The distinct rows of a table (its histogram cells) and which questions
-    fall in each: a resample's histogram is ``counts @ incidence``."""
+    """The distinct rows of a table (its histogram cells) and their questions.
+
+    A resample's histogram (its count in every cell) is ``incidence @ counts``.
+    """
 
     values: pl.DataFrame
     """One row per cell: the group code and the value(s)."""

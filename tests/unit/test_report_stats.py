@@ -10,7 +10,6 @@ import pytest
 from scipy import stats
 
 from cube_ray import schema
-from cube_ray.errors import InputError
 from cube_ray.aggregate import (
     bleu,
     judge_agreement,
@@ -23,6 +22,7 @@ from cube_ray.aggregate import (
     text_baselines,
     tokenize,
 )
+from cube_ray.errors import InputError
 from cube_ray.report import read_human_ratings
 
 
