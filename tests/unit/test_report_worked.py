@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions, Summary, summarize
+from cube_ray.aggregate import AggregateOptions, Summary, summarize, with_intervals
 from cube_ray.cli import main
 from cube_ray.errors import InputError
 from cube_ray.report import write_comparison, write_report
@@ -237,3 +237,31 @@ def test_report_when_no_system_retrieved_its_gold_document(tmp_path: Path) -> No
     html = paths.html.read_text(encoding="utf-8")
     assert "fig-correlation" in _plots(html)
     assert "rag@bm25" in html
+
+
+def test_report_shows_the_summary_intervals(tmp_path: Path) -> None:
+    """The report formats the intervals summary.json records (it computes none
+    when they are there); asked for others, it has the aggregation compute
+    them."""
+    run = _worked_run(tmp_path / "run")
+    answers = pl.read_parquet(WORKED / "answers.parquet")
+    scores = pl.read_parquet(WORKED / "scores.parquet")
+    summary = with_intervals(
+        _worked_summary(), answers, scores, n_resamples=60, seed=9, method="percentile"
+    )
+    summary.write(run / "summary.json")
+    assert summary.intervals is not None
+    paths = write_report(run)
+    md = paths.markdown.read_text(encoding="utf-8")
+    rows = _md_table(md, "| system | CuBE")
+    for system, cell in summary.intervals.systems.items():
+        assert rows[system][2] == f"[{cell.cube.low:.2f}, {cell.cube.high:.2f}]"
+        assert f"95% CI [{cell.cube.low:.2f}, {cell.cube.high:.2f}]" in "\n".join(
+            paths.headline
+        )
+    assert "| percentile | 60 of 60 |" in md
+    assert "60 resamples of the questions, seed 9, percentile interval" in md
+    # Other intervals than recorded: computed by the aggregation, not stored.
+    md = write_report(run, n_resamples=30, interval="bca").markdown.read_text()
+    assert "| bca | 30 of 30 |" in md
+    assert Summary.read(run / "summary.json") == summary
