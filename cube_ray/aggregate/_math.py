@@ -331,29 +331,25 @@ def pearson(
     if count is None:
         result = lf.group_by(keys).agg(*pearson_exprs(pl.col(x), pl.col(y)))
         return _finish(frame, _drop_group(result.sort(keys), by))
-    # Two passes of plain sums (group means, then centred sums): plain
-    # aggregations stay on Polars' fast grouping path, also with many groups
-    # (a bootstrap groups by replicate too).
+    # Centred sums from group means broadcast by window: the sums themselves
+    # are plain aggregations, which stay on Polars' fast grouping path also
+    # with many small groups (a bootstrap groups by replicate too).
     c = pl.col(count).cast(pl.Float64)
     xs, ys = pl.col(x).cast(pl.Float64), pl.col(y).cast(pl.Float64)
-    means = lf.group_by(keys).agg(
-        c.sum().alias(N),
-        ((c * xs).sum() / c.sum()).alias("_mx"),
-        ((c * ys).sum() / c.sum()).alias("_my"),
-        (xs.min() != xs.max()).alias("_vx"),
-        (ys.min() != ys.max()).alias("_vy"),
-    )
-    dx, dy = xs - pl.col("_mx"), ys - pl.col("_my")
+    n_over = c.sum().over(keys)
+    dx = xs - (c * xs).sum().over(keys) / n_over
+    dy = ys - (c * ys).sum().over(keys) / n_over
     sums = (
-        lf.join(means, on=keys)
-        .with_columns(
+        lf.with_columns(
             (c * dx * dy).alias("_sxy"),
             (c * dx * dx).alias("_sxx"),
             (c * dy * dy).alias("_syy"),
         )
         .group_by(keys)
         .agg(
-            pl.col(N, "_vx", "_vy").first(),
+            c.sum().alias(N),
+            (xs.min() != xs.max()).alias("_vx"),
+            (ys.min() != ys.max()).alias("_vy"),
             pl.col("_sxy", "_sxx", "_syy").sum(),
         )
     )
