@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cube_ray.aggregate._agreement import (
         HUMAN_JUDGE,
+        RATER,
         HumanComparison,
         PairStats,
         compare_with_humans,
@@ -137,6 +138,7 @@ __all__ = [
     "NO_RETRIEVED_QUESTIONS",
     "OUTSIDE",
     "RANK_SCORE",
+    "RATER",
     "SCHEMA_VERSION",
     "WEIGHTED",
     "AcrossJudges",
@@ -248,6 +250,7 @@ _HOME = {
     "resample_indices": "_resample",
     "strata_positions": "_resample",
     "HUMAN_JUDGE": "_agreement",
+    "RATER": "_agreement",
     "HumanComparison": "_agreement",
     "PairStats": "_agreement",
     "compare_with_humans": "_agreement",

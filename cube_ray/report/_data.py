@@ -21,13 +21,14 @@ import polars as pl
 from cube_ray.aggregate import (
     NO_JUDGE_SEPARATES,
     WEIGHTED,
+    AcrossJudges,
     Intervals,
     JudgeFigures,
     Reason,
+    Separation,
     Summary,
     k_of,
 )
-from cube_ray.aggregate._model import AcrossJudges, Separation
 from cube_ray.errors import InputError
 
 __all__ = ["RunData", "load_run", "num", "read_table"]

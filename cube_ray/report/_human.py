@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._agreement import RATER
+from cube_ray.aggregate import RATER
 from cube_ray.errors import InputError
 
 __all__ = ["read_human_ratings"]
