@@ -26,6 +26,7 @@ from cube_ray.aggregate._bootstrap import (
 )
 from cube_ray.aggregate._model import FigureInterval, Intervals, Summary, SystemInterval
 from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._parts import CUBE
 from cube_ray.aggregate._resample import (
     DEFAULT_INTERVAL,
     Interval,
@@ -231,10 +232,19 @@ def headline_intervals(
     )
     systems: dict[str, SystemInterval] = {}
     for system, b in boot.items():
-        recorded = summary.across_judges[system].figures.get("cube")
+        across = summary.across_judges.get(system)
+        if across is None:
+            raise InputError(
+                f"summary.json has no figures of system {system!r}, which the "
+                "answers table has. Re-create the summary from these tables with "
+                "`cube-ray aggregate RUN_DIR`.",
+                field="across_judges",
+            )
+        recorded = across.figures.get(CUBE)
         mean = recorded.mean if recorded is not None else None
+        shown = bool(used[system]) and mean is not None
         if (
-            used[system]
+            shown
             and mean is not None
             and (
                 b.estimate is None
@@ -249,13 +259,12 @@ def headline_intervals(
                 "tables with `cube-ray aggregate RUN_DIR`.",
                 field=f"across_judges.{system}.cube",
             )
+        none = FigureInterval.of(None, None)
         systems[system] = SystemInterval(
             judges=list(b.judges),
             n_defined=b.n_defined,
-            cube=_figure(b.cube) if used[system] else FigureInterval.of(None, None),
-            weighted=_figure(b.weighted)
-            if used[system]
-            else FigureInterval.of(None, None),
+            cube=_figure(b.cube) if shown else none,
+            weighted=_figure(b.weighted) if shown else none,
             recall=_figure(b.recall),
             per_judge={j: _figure(ci) for j, ci in b.per_judge.items()},
         )
