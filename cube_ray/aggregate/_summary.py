@@ -68,7 +68,8 @@ _NULL_CODES = {
     DEGENERATE: DEGENERATE_BOUNDS,
     "no retrieved questions": NO_RETRIEVED_QUESTIONS,
 }
-"""Reason code of each (flag) text of an undefined normalised figure."""
+"""Reason code of each (flag) text of an undefined normalised figure (any
+other text gets its words joined by underscores)."""
 
 
 def summarize(
@@ -336,7 +337,7 @@ class _Aggregation(_JudgeSeparation):
                 reason = "no retrieved questions"
             if reason is not None:
                 jd["null_reasons"].setdefault(s, {})[fig] = {
-                    "code": _NULL_CODES[reason],
+                    "code": _NULL_CODES.get(reason, reason.replace(" ", "_")),
                     "text": reason,
                 }
                 self.flags.append(
