@@ -378,15 +378,17 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
 
 
 def _summarize_task(
-    config: RunConfig, run_dir: Path
+    config: RunConfig, run_dir: Path, intervals: bool
 ) -> tuple[Summary | None, CubeRayError | None]:
     try:
-        return summarize_run(config, run_dir), None
+        return summarize_run(config, run_dir, intervals=intervals), None
     except CubeRayError as exc:  # returned, so the driver shows it without a
         return None, exc  # remote traceback
 
 
-def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> Summary | None:
+def _summarize_beside_driver(
+    config: RunConfig, run_dir: Path, *, intervals: bool
+) -> Summary | None:
     """The aggregation as a Ray task on the driver's node.
 
     The run dir is on the driver's machine, so the task runs there, but in its
@@ -403,17 +405,21 @@ def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> Summary | None
     task = ray.remote(_summarize_task).options(
         num_cpus=config.ray.task_num_cpus, max_retries=1, scheduling_strategy=here
     )
-    summary, error = ray.get(task.remote(config, run_dir))
+    summary, error = ray.get(task.remote(config, run_dir, intervals))
     if error is not None:
         raise error
     return summary
 
 
-def summarize_run(config: RunConfig, run_dir: Path) -> Summary | None:
+def summarize_run(
+    config: RunConfig, run_dir: Path, *, intervals: bool = True
+) -> Summary | None:
     """Aggregate the written tables into the summary (None if unavailable).
 
-    With the headline's bootstrap intervals (``summary.intervals``), which the
-    report and the console only show.
+    With ``intervals`` also the headline's bootstrap intervals
+    (``summary.intervals``, 1000 resamples), which the report and the console
+    only show; a run without a report skips them, as before (the bootstrap of
+    a million-question run is long).
     """
     try:
         from cube_ray.aggregate import summarize, with_intervals
@@ -428,7 +434,7 @@ def summarize_run(config: RunConfig, run_dir: Path) -> Summary | None:
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
     summary = summarize(answers, scores, options=options)
-    return with_intervals(summary, answers, scores)
+    return with_intervals(summary, answers, scores) if intervals else summary
 
 
 def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
@@ -528,7 +534,7 @@ def _run_stages(
         finally:
             engines = driver.engines.stats()
             driver.engines.close()
-        summary = _summarize_beside_driver(config, run_dir)
+        summary = _summarize_beside_driver(config, run_dir, intervals=options.report)
     finally:
         if owned:
             import ray
