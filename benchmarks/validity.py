@@ -14,8 +14,8 @@ CuBE of the system is known exactly. The study measures
     (separation rule of section 10: gap >= min_gap and one-sided Wilcoxon
     p < alpha).
 
-Every figure is computed by the code the report runs
-(:func:`cube_ray.report.evaluate_replicates`, :func:`percentile_interval`,
+Every figure is computed by the code the headline's interval runs
+(:func:`cube_ray.aggregate.evaluate_replicates`, :func:`percentile_interval`,
 :func:`bca_interval`, :func:`jackknife_indices`), on Polars tables in the
 answers/scores schema.
 
@@ -53,13 +53,15 @@ import polars as pl
 from scipy import stats
 
 from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions, separated, wilcoxon_greater
-from cube_ray.report import (
+from cube_ray.aggregate import (
+    AggregateOptions,
     bca_interval,
     evaluate_replicates,
     jackknife_indices,
     percentile_interval,
     resample_indices,
+    separated,
+    wilcoxon_greater,
 )
 
 DIMS = ("relevance", "completeness", "quality")

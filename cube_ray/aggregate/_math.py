@@ -40,6 +40,7 @@ __all__ = [
     "trim_count",
     "trimmed_mean_exprs",
     "trimmed_means",
+    "weighted_totals",
 ]
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -330,28 +331,36 @@ def pearson(
     if count is None:
         result = lf.group_by(keys).agg(*pearson_exprs(pl.col(x), pl.col(y)))
         return _finish(frame, _drop_group(result.sort(keys), by))
-    xs = pl.col(x).cast(pl.Float64)
-    ys = pl.col(y).cast(pl.Float64)
+    # Centred sums from group means broadcast by window: the sums themselves
+    # are plain aggregations, which stay on Polars' fast grouping path also
+    # with many small groups (a bootstrap groups by replicate too).
     c = pl.col(count).cast(pl.Float64)
-    n = c.sum()
-    dx = xs - (c * xs).sum() / n
-    dy = ys - (c * ys).sum() / n
-    sxy = (c * dx * dy).sum()
-    sxx = (c * dx * dx).sum()
-    syy = (c * dy * dy).sum()
-    defined = (
-        (n >= 2)
-        & (xs.min() != xs.max())
-        & (ys.min() != ys.max())
-        & (sxx > 0)
-        & (syy > 0)
+    xs, ys = pl.col(x).cast(pl.Float64), pl.col(y).cast(pl.Float64)
+    n_over = c.sum().over(keys)
+    dx = xs - (c * xs).sum().over(keys) / n_over
+    dy = ys - (c * ys).sum().over(keys) / n_over
+    sums = (
+        lf.with_columns(
+            (c * dx * dy).alias("_sxy"),
+            (c * dx * dx).alias("_sxx"),
+            (c * dy * dy).alias("_syy"),
+        )
+        .group_by(keys)
+        .agg(
+            c.sum().alias(N),
+            (xs.min() != xs.max()).alias("_vx"),
+            (ys.min() != ys.max()).alias("_vy"),
+            pl.col("_sxy", "_sxx", "_syy").sum(),
+        )
     )
+    sxx, syy = pl.col("_sxx"), pl.col("_syy")
+    defined = (pl.col(N) >= 2) & pl.col("_vx") & pl.col("_vy") & (sxx > 0) & (syy > 0)
     r = (
         pl.when(defined)
-        .then((sxy / (sxx.sqrt() * syy.sqrt())).clip(-1.0, 1.0))
+        .then((pl.col("_sxy") / (sxx.sqrt() * syy.sqrt())).clip(-1.0, 1.0))
         .otherwise(None)
     )
-    result = lf.group_by(keys).agg(n.cast(pl.Int64).alias(N), r.alias(R)).sort(keys)
+    result = sums.select(*keys, pl.col(N).cast(pl.Int64), r.alias(R)).sort(keys)
     return _finish(frame, _drop_group(result, by))
 
 
@@ -395,6 +404,47 @@ def pearson_weights(
     )
     result = lf.with_columns(weight.alias(WEIGHT), fallback.alias(FALLBACK))
     return _finish(correlations, _drop_group(result, by))
+
+
+def weighted_totals(
+    frame: FrameT,
+    *,
+    by: Sequence[str],
+    weight: str = WEIGHT,
+    value: str = TRIMMED_MEAN,
+) -> FrameT:
+    """Weighted total ``sum_d w_d x_d`` per group (CUBE_METHOD.md section 6).
+
+    A dimension of weight 0 does not count even when its value is missing;
+    a missing value of a dimension with positive weight makes the total
+    missing (null).
+
+    Args:
+        frame: One row per group and dimension with ``weight`` and ``value``.
+        by: Grouping columns (the dimension column is *not* among them).
+        weight: The weight column.
+        value: The value column.
+
+    Returns:
+        ``by`` + ``value`` (the total), one row per group, unordered.
+
+    Examples:
+        >>> df = pl.DataFrame(
+        ...     {"g": [1, 1, 1, 2, 2], "weight": [0.5, 0.5, 0.0, 0.5, 0.5],
+        ...      "trimmed_mean": [2.0, 4.0, None, 2.0, None]}
+        ... )
+        >>> weighted_totals(df, by=["g"]).sort("g").rows()
+        [(1, 3.0), (2, None)]
+    """
+    lf, keys = _with_group(frame.lazy(), by)
+    w, x = pl.col(weight), pl.col(value)
+    result = lf.group_by(keys).agg(
+        pl.when(((w > 0) & x.is_null()).any())
+        .then(None)
+        .otherwise((w * x).sum())
+        .alias(value)
+    )
+    return _finish(frame, _drop_group(result, by))
 
 
 def rank_scores(

@@ -19,6 +19,7 @@ from cube_ray.aggregate._math import (
     N,
     pearson_weights,
 )
+from cube_ray.aggregate._model import BOUNDS_NOT_SEPARATED
 from cube_ray.aggregate._options import WeightsError
 from cube_ray.aggregate._parts import (
     _FIGURE,
@@ -418,15 +419,24 @@ class _JudgeSeparation(_Weighting):
                     }
                 )
 
-    def _why_excluded(self, test: Mapping[str, Any]) -> str:
-        """Why a judge's bounds are not separated, in words."""
+    def _why_excluded(self, test: Mapping[str, Any]) -> dict[str, Any]:
+        """Why a judge's bounds are not separated: a reason (code, words, numbers)."""
         gap, p = test["gap"], test["p_value"]
         opts = self.options
+        numbers = {
+            "code": BOUNDS_NOT_SEPARATED,
+            "gap": gap,
+            "p_value": p,
+            "n_pairs": test["n_pairs"],
+            "min_gap": opts.min_gap,
+            "alpha": opts.alpha,
+        }
         if gap is None:
-            return (
-                f"{NOT_SEPARATED}: its zero or full bound has no scores to compare,"
-                " so its scores cannot be placed between the bounds"
-            )
+            return {
+                **numbers,
+                "text": f"{NOT_SEPARATED}: its zero or full bound has no scores to"
+                " compare, so its scores cannot be placed between the bounds",
+            }
         reasons = []
         if gap < opts.min_gap:
             reasons.append(
@@ -440,4 +450,4 @@ class _JudgeSeparation(_Weighting):
                 f" p = {p:.2g}, below {opts.alpha:g} needed, {test['n_pairs']}"
                 " questions)"
             )
-        return f"{NOT_SEPARATED}: " + "; ".join(reasons)
+        return {**numbers, "text": f"{NOT_SEPARATED}: " + "; ".join(reasons)}

@@ -23,6 +23,15 @@ from cube_ray.aggregate._math import (
     cross_judge,
     normalise,
     recall_at_k,
+    weighted_totals,
+)
+from cube_ray.aggregate._model import (
+    DEGENERATE_BOUNDS,
+    MISSING_SCORES,
+    NO_JUDGE_SEPARATES,
+    NO_RETRIEVED_QUESTIONS,
+    SCHEMA_VERSION,
+    Summary,
 )
 from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._parts import (
@@ -54,13 +63,22 @@ __all__ = [
 ]
 
 
+_NULL_CODES = {
+    "missing scores": MISSING_SCORES,
+    DEGENERATE: DEGENERATE_BOUNDS,
+    "no retrieved questions": NO_RETRIEVED_QUESTIONS,
+}
+"""Reason code of each (flag) text of an undefined normalised figure (any
+other text gets its words joined by underscores)."""
+
+
 def summarize(
     answers: pl.DataFrame,
     scores: pl.DataFrame,
     *,
     options: AggregateOptions,
     sources: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """Aggregate an answers and a scores table into the summary (summary.json).
 
     Key columns (``question_id``, ``system``, ``judge``, ``dimension``,
@@ -79,10 +97,11 @@ def summarize(
             path}``), named in error messages.
 
     Returns:
-        A JSON-ready dict (no NaN: undefined figures are None) with the keys
-        ``judges.<judge>.{weights, trimmed_means, normalized, recall_at_k, cube,
-        ...}``, ``across_judges.<system>.<figure>.{mean, sd, n}``, ``flags``,
-        ``notes``, ``parameters`` and ``counts``.
+        The typed summary (undefined figures are None): ``judges.<judge>.
+        {weights, trimmed_means, normalized, recall_at_k, cube, ...}``,
+        ``across_judges.<system>.<figure>.{mean, sd, n_judges}``, ``flags``,
+        ``notes``, ``parameters`` and ``counts``; no ``intervals`` (see
+        :func:`cube_ray.aggregate.headline_intervals`).
 
     Raises:
         InputError: The tables do not allow the aggregation.
@@ -110,12 +129,12 @@ def summarize(
         ...     status=pl.lit("ok"),
         ... )
         >>> out = summarize(answers, scores, options=AggregateOptions(trim=0.0))
-        >>> tm = out["judges"]["j"]["trimmed_means"]["rag"]
+        >>> tm = out.judges["j"].trimmed_means["rag"]
         >>> [(s, v["relevance"], v["weighted"]) for s, v in tm.items()]
         [('zero', 4.0, 4.0), ('full', 8.0, 8.0), ('rag', 6.5, 6.5)]
-        >>> out["judges"]["j"]["normalized"]["rag"]
+        >>> out.judges["j"].normalized["rag"]
         {'relevance': 62.5, 'weighted': 62.5}
-        >>> out["judges"]["j"]["recall_at_k"]["rag"], out["judges"]["j"]["cube"]["rag"]
+        >>> out.judges["j"].recall_at_k["rag"], out.judges["j"].cube["rag"]
         (0.6666666666666666, 41.666666666666664)
     """
     return _Aggregation(answers, scores, options, sources or {}).run()
@@ -143,7 +162,7 @@ class _Aggregation(_JudgeSeparation):
         )
 
     # --- assembly --------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Summary:
         ranked = self._rag_answers()
         self._passes(ranked)
         self._check_scores()
@@ -161,17 +180,10 @@ class _Aggregation(_JudgeSeparation):
 
         jsd = [schema.JUDGE, schema.SYSTEM, _SET]
         w = weights.select(schema.JUDGE, schema.SYSTEM, schema.DIMENSION, WEIGHT)
-        totals = (
-            trimmed.join(w, on=[schema.JUDGE, schema.SYSTEM, schema.DIMENSION])
-            .group_by(jsd)
-            .agg(
-                pl.when(((pl.col(WEIGHT) > 0) & pl.col(TRIMMED_MEAN).is_null()).any())
-                .then(None)
-                .otherwise((pl.col(WEIGHT) * pl.col(TRIMMED_MEAN)).sum())
-                .alias(TRIMMED_MEAN)
-            )
-            .with_columns(pl.lit(WEIGHTED).alias(_FIGURE))
-        )
+        totals = weighted_totals(
+            trimmed.join(w, on=[schema.JUDGE, schema.SYSTEM, schema.DIMENSION]),
+            by=jsd,
+        ).with_columns(pl.lit(WEIGHTED).alias(_FIGURE))
         figures = pl.concat(
             [
                 trimmed.select(
@@ -248,7 +260,7 @@ class _Aggregation(_JudgeSeparation):
         *,
         separation: Mapping[tuple[str, str, str], dict[str, Any]],
         used: Mapping[str, list[str]],
-    ) -> dict[str, Any]:
+    ) -> Summary:
         figure_names = [*self.dimensions, WEIGHTED]
         judges: dict[str, dict[str, Any]] = {}
         for j in self.judges:
@@ -324,7 +336,10 @@ class _Aggregation(_JudgeSeparation):
             if reason == "missing scores" and row["rag"] is None and no_hits.get(s):
                 reason = "no retrieved questions"
             if reason is not None:
-                jd["null_reasons"].setdefault(s, {})[fig] = reason
+                jd["null_reasons"].setdefault(s, {})[fig] = {
+                    "code": _NULL_CODES.get(reason, reason.replace(" ", "_")),
+                    "text": reason,
+                }
                 self.flags.append(
                     {
                         "flag": reason,
@@ -365,24 +380,27 @@ class _Aggregation(_JudgeSeparation):
 
         self._separation_flags(separation)
         across_out = self._across(across, separation, used, [*figure_names, CUBE])
-        return {
-            "parameters": {
-                **self.options.model_dump(mode="json"),
-                "min_span": MIN_SPAN,
-            },
-            "systems": list(self.rag_systems),
-            "judge_names": list(self.judges),
-            "dimensions": list(self.dimensions),
-            "counts": self._counts(recall_map),
-            "judges": judges,
-            "across_judges": across_out,
-            # Group iteration order is not deterministic; the summary must be.
-            "flags": sorted(
-                self.flags,
-                key=lambda f: tuple(str(f.get(k, "")) for k in _FLAG_ORDER),
-            ),
-            "notes": self.notes,
-        }
+        return Summary.model_validate(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "parameters": {
+                    **self.options.model_dump(mode="json"),
+                    "min_span": MIN_SPAN,
+                },
+                "systems": list(self.rag_systems),
+                "judge_names": list(self.judges),
+                "dimensions": list(self.dimensions),
+                "counts": self._counts(recall_map),
+                "judges": judges,
+                "across_judges": across_out,
+                # Group iteration order is not deterministic; the summary must be.
+                "flags": sorted(
+                    self.flags,
+                    key=lambda f: tuple(str(f.get(k, "")) for k in _FLAG_ORDER),
+                ),
+                "notes": self.notes,
+            }
+        )
 
     def _across(
         self,
@@ -406,7 +424,9 @@ class _Aggregation(_JudgeSeparation):
                     for j in self.judges
                     if j not in judges
                 },
-                "reason": None if judges else NO_SEPARATED_JUDGE,
+                "reason": None
+                if judges
+                else {"code": NO_JUDGE_SEPARATES, "text": NO_SEPARATED_JUDGE},
             }
             for fig in figures:
                 out[s][fig] = {"mean": None, "sd": None, "n_judges": 0}

@@ -4,16 +4,17 @@ Usage::
 
     cube-ray aggregate (RUN_DIR | --answers PATH --scores PATH) [--k 8]
         [--trim 0.1] [--weights pearson|equal|FILE.json] [--bounds-on all|paired]
-        [--out FILE]
+        [--resamples 1000] [--seed 0] [--interval bca|percentile] [--out FILE]
+
+The summary carries the headline's bootstrap intervals (``intervals``), which
+the report and ``cube-ray plan`` read.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,22 @@ def register(subparsers: Any) -> None:
         default=None,
         help="keep judges whose bounds are not separated in the across-judge"
         " figures (they stay flagged)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        metavar="B",
+        help="bootstrap resamples of the questions for the headline's interval "
+        "(0: no interval; default 1000)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument(
+        "--interval",
+        choices=["percentile", "bca"],  # cube_ray.aggregate.INTERVAL_METHODS
+        default="bca",
+        help="bootstrap interval: bca (bias-corrected and accelerated, default: "
+        "its coverage was closest to 95 %% in BENCHMARKS.md) or percentile",
     )
     parser.add_argument(
         "--out",
@@ -195,18 +212,6 @@ def _options(args: argparse.Namespace, weights: Any) -> Any:
         raise ConfigError(f"invalid {flag}: {message}") from None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``cube-ray aggregate``; returns the exit code."""
     parser: argparse.ArgumentParser = args._parser
@@ -215,8 +220,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.run_dir and not (args.answers and args.scores):
         parser.error("give RUN_DIR, or both --answers PATH and --scores PATH")
 
-    from cube_ray.aggregate import WeightsError, summarize
-    from cube_ray.errors import InputError
+    from cube_ray.aggregate import WeightsError, summarize, with_intervals
+    from cube_ray.errors import ConfigError, InputError
     from cube_ray.tables import read_answers, read_scores
 
     if args.run_dir:
@@ -244,12 +249,24 @@ def run(args: argparse.Namespace) -> int:
         )
     except WeightsError as exc:
         raise InputError(str(exc), path=_weights_source(args), field=exc.key) from None
-    summary["inputs"] = {"answers": str(answers_path), "scores": str(scores_path)}
-    text = json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if args.resamples < 0:
+        raise ConfigError(f"--resamples must be >= 0, got {args.resamples}")
+    summary = with_intervals(
+        summary.model_copy(
+            update={
+                "inputs": {"answers": str(answers_path), "scores": str(scores_path)}
+            }
+        ),
+        answers,
+        scores,
+        n_resamples=args.resamples,
+        seed=args.seed,
+        method=args.interval,
+    )
     if out == "-":
-        sys.stdout.write(text)
+        sys.stdout.write(summary.to_json())
     else:
-        _write_atomic(Path(out), text)
+        summary.write(out)
         print(f"wrote {out}", file=sys.stderr)
     return 0
 

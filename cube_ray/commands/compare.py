@@ -28,10 +28,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--resamples",
         type=int,
-        default=1000,
-        help="bootstrap resamples per run (0: no interval; default 1000)",
+        default=None,
+        help="bootstrap resamples per run (0: no interval); default: the "
+        "intervals each summary.json records (1000 when it has none)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="bootstrap seed (default: recorded)"
+    )
     add_interval_argument(parser)
     parser.set_defaults(func=_run)
 
@@ -40,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     from cube_ray.report._deps import require_report_deps
 
     require_report_deps()
-    from cube_ray.report import DEFAULT_INTERVAL, write_comparison
+    from cube_ray.report import write_comparison
 
     print(
         write_comparison(
@@ -48,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
             out=args.out,
             n_resamples=args.resamples,
             seed=args.seed,
-            interval=args.interval or DEFAULT_INTERVAL,
+            interval=args.interval,
         )
     )
     return 0

@@ -35,10 +35,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--resamples",
         type=int,
-        default=1000,
-        help="bootstrap resamples of the questions (0: no interval; default 1000)",
+        default=None,
+        help="bootstrap resamples of the questions (0: no interval); default: "
+        "the intervals summary.json records (1000 when it has none)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="bootstrap seed (default: recorded)"
+    )
     add_interval_argument(parser)
     parser.set_defaults(func=_run)
 
@@ -47,11 +50,11 @@ def add_interval_argument(parser: Any) -> None:
     """``--interval percentile|bca`` (shared by ``report`` and ``compare``)."""
     parser.add_argument(
         "--interval",
-        choices=["percentile", "bca"],  # cube_ray.report.INTERVAL_METHODS
+        choices=["percentile", "bca"],  # cube_ray.aggregate.INTERVAL_METHODS
         default=None,
         help="bootstrap interval: percentile or bca (bias-corrected and "
-        "accelerated); default: the one whose coverage BENCHMARKS.md measured "
-        "closest to 95 %%",
+        "accelerated); default: the one summary.json records (bca, whose "
+        "coverage BENCHMARKS.md measured closest to 95 %%, when it has none)",
     )
 
 
@@ -59,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     from cube_ray.report._deps import require_report_deps
 
     require_report_deps()
-    from cube_ray.report import DEFAULT_INTERVAL, write_report
+    from cube_ray.report import write_report
 
     _check_paths(args.run_dir, args.out_dir)
 
@@ -70,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         baselines=args.baselines,
         n_resamples=args.resamples,
         seed=args.seed,
-        interval=args.interval or DEFAULT_INTERVAL,
+        interval=args.interval,
     )
     print(paths.html)
     print(paths.markdown)

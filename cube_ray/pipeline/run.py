@@ -76,6 +76,8 @@ from cube_ray.systems.kinds import system_kind
 if TYPE_CHECKING:
     from ray.data import Dataset
 
+    from cube_ray.aggregate import Summary
+
 __all__ = [
     "RunOptions",
     "RunResult",
@@ -402,15 +404,17 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
 
 
 def _summarize_task(
-    config: RunConfig, run_dir: Path
-) -> tuple[dict[str, Any] | None, CubeRayError | None]:
+    config: RunConfig, run_dir: Path, intervals: bool
+) -> tuple[Summary | None, CubeRayError | None]:
     try:
-        return summarize_run(config, run_dir), None
+        return summarize_run(config, run_dir, intervals=intervals), None
     except CubeRayError as exc:  # returned, so the driver shows it without a
         return None, exc  # remote traceback
 
 
-def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
+def _summarize_beside_driver(
+    config: RunConfig, run_dir: Path, *, intervals: bool
+) -> Summary | None:
     """The aggregation as a Ray task on the driver's node.
 
     The run dir is on the driver's machine, so the task runs there, but in its
@@ -427,16 +431,24 @@ def _summarize_beside_driver(config: RunConfig, run_dir: Path) -> dict[str, Any]
     task = ray.remote(_summarize_task).options(
         num_cpus=config.ray.task_num_cpus, max_retries=1, scheduling_strategy=here
     )
-    summary, error = ray.get(task.remote(config, run_dir))
+    summary, error = ray.get(task.remote(config, run_dir, intervals))
     if error is not None:
         raise error
     return summary
 
 
-def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
-    """Aggregate the written tables into the summary (None if unavailable)."""
+def summarize_run(
+    config: RunConfig, run_dir: Path, *, intervals: bool = True
+) -> Summary | None:
+    """Aggregate the written tables into the summary (None if unavailable).
+
+    With ``intervals`` also the headline's bootstrap intervals
+    (``summary.intervals``, 1000 resamples), which the report and the console
+    only show; a run without a report skips them, as before (the bootstrap of
+    a million-question run is long).
+    """
     try:
-        from cube_ray.aggregate import summarize
+        from cube_ray.aggregate import summarize, with_intervals
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
         return None
@@ -448,8 +460,8 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
     answers, scores = current_rows(config, run_dir, answers, scores)
-    summary: dict[str, Any] = summarize(answers, scores, options=options)
-    return summary
+    summary = summarize(answers, scores, options=options)
+    return with_intervals(summary, answers, scores) if intervals else summary
 
 
 def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) -> Any:
@@ -602,7 +614,9 @@ def _run_stages(
                 finally:
                     engines = driver.engines.stats()
                     driver.engines.close()
-                summary = _summarize_beside_driver(config, run_dir)
+                summary = _summarize_beside_driver(
+                    config, run_dir, intervals=options.report
+                )
         except BaseException as exc:
             _record_failed(manifest_path, config, started, exc)
             raise
@@ -614,8 +628,7 @@ def _run_stages(
     summary_path: Path | None = None
     try:
         if summary is not None:
-            summary_path = run_dir / "summary.json"
-            _atomic_json(summary_path, summary)
+            summary_path = summary.write(run_dir / "summary.json")
     except BaseException as exc:
         _record_failed(manifest_path, config, started, exc)
         raise

@@ -1,9 +1,10 @@
-"""Reading a run directory for the report, defensively.
+"""Reading a run directory for the report: the typed summary and the tables.
 
-``summary.json`` is required; the tables (answers, scores, questions,
-documents) are optional and each missing one only drops the sections that
-need it. Tables are read with :mod:`cube_ray.tables` when that module exists
-(schema validation), else as plain Parquet.
+``summary.json`` is required and read through :class:`cube_ray.aggregate.Summary`
+(one model, versioned); the tables (answers, scores, questions, documents) are
+optional and each missing one only drops the sections that need it. Tables are
+read with :mod:`cube_ray.tables` when that module provides a reader (schema
+validation), else as plain Parquet.
 """
 
 from __future__ import annotations
@@ -11,20 +12,29 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import ValidationError
 
-from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions
+from cube_ray.aggregate import (
+    NO_JUDGE_SEPARATES,
+    WEIGHTED,
+    AcrossJudges,
+    Intervals,
+    JudgeFigures,
+    Reason,
+    Separation,
+    Summary,
+    k_of,
+)
 from cube_ray.errors import InputError
-from cube_ray.report._cube import WEIGHTED, FixedWeights, k_of
 
-__all__ = ["RunData", "load_run", "read_options", "read_table"]
+__all__ = ["RunData", "load_run", "num", "read_table"]
+
+CUBE = "cube"
+"""Figure name of CuBE among the across-judge figures."""
 
 
 def read_table(path: Path, kind: str) -> pl.DataFrame | None:
@@ -94,207 +104,125 @@ def _tables_reader(kind: str) -> Any:
     return getattr(tables, f"read_{kind}", None)
 
 
+def num(value: Any) -> float | None:
+    """A finite float, or ``None`` for anything else (null, NaN, text).
+
+    >>> num(1), num(float("nan")), num(None), num(True)
+    (1.0, None, None, None)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
 @dataclass
 class RunData:
     """Everything the report reads from one run directory."""
 
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     answers: pl.DataFrame | None = None
     scores: pl.DataFrame | None = None
     questions: pl.DataFrame | None = None
     documents: pl.DataFrame | None = None
     manifest: dict[str, Any] | None = None
-    judges: list[str] = field(default_factory=list)
-    systems: list[str] = field(default_factory=list)
-    dimensions: list[str] = field(default_factory=list)
-    _options: tuple[AggregateOptions, list[str]] | None = field(
-        default=None, repr=False
-    )
+    intervals: Intervals | None = None
+    """The headline's intervals shown: the summary's, unless the report was
+    asked for others (see :func:`cube_ray.report.write_report`)."""
+
+    def __post_init__(self) -> None:
+        if self.intervals is None:
+            self.intervals = self.summary.intervals
 
     @property
     def name(self) -> str:
         """A short label of the run (its directory name)."""
         return self.run_dir.name or str(self.run_dir)
 
-    def judge_block(self, judge: str) -> dict[str, Any]:
-        """``summary["judges"][judge]`` or an empty dict."""
-        block = _get(self.summary, "judges", judge)
-        return block if isinstance(block, dict) else {}
+    @property
+    def judges(self) -> list[str]:
+        """The judges, sorted."""
+        return sorted(self.summary.judge_names)
+
+    @property
+    def systems(self) -> list[str]:
+        """The systems under test, sorted."""
+        return sorted(self.summary.systems)
+
+    @property
+    def dimensions(self) -> list[str]:
+        """The dimensions, in the order the judges scored them."""
+        return list(self.summary.dimensions)
+
+    def judge(self, judge: str) -> JudgeFigures:
+        """The figures of one judge."""
+        return self.summary.judges[judge]
 
     def judge_kind(self, judge: str) -> str:
         """How a judge is labelled: ``reference judge (no LLM)`` or ``LLM``.
 
         Read from the run config in the manifest; ``LLM`` when unknown.
         """
-        config = _get(self.manifest or {}, "config", "judges", judge)
-        if isinstance(config, dict) and config.get("backend") == "reference":
+        config = ((self.manifest or {}).get("config") or {}).get("judges") or {}
+        entry = config.get(judge) if isinstance(config, dict) else None
+        if isinstance(entry, dict) and entry.get("backend") == "reference":
             return "reference judge (no LLM)"
         return "LLM"
 
-    def parameters(self) -> dict[str, Any]:
-        """The aggregation parameters recorded in the summary, if any."""
-        value = self.summary.get("parameters")
-        return value if isinstance(value, dict) else {}
-
-    def _read_options(self) -> tuple[AggregateOptions, list[str]]:
-        if self._options is None:
-            self._options = read_options(
-                self.parameters(), path=self.run_dir / "summary.json"
-            )
-        return self._options
-
-    def aggregate_options(self) -> AggregateOptions:
-        """The options the summary was computed with (see :func:`read_options`)."""
-        return self._read_options()[0]
-
-    def option_notes(self) -> list[str]:
-        """What the report had to assume about the options (missing keys)."""
-        return list(self._read_options()[1])
-
-    def fixed_weights(self) -> FixedWeights | None:
+    def fixed_weights(self) -> dict[str, dict[str, dict[str, float | None]]] | None:
         """The recorded per-judge weights when they are not Pearson weights."""
-        if self.aggregate_options().weights == "pearson":
+        if self.summary.options().weights == "pearson":
             return None
-        return {
-            j: {
-                s: w
-                for s, w in (self.judge_block(j).get("weights") or {}).items()
-                if isinstance(w, dict)
-            }
-            for j in self.judges
-        }
+        return {j: self.judge(j).weights for j in self.judges}
 
     def k_of(self, system: str) -> int:
         """The retrieval depth of a system (for recall@k and rank plots)."""
-        return k_of(self.aggregate_options(), system)
+        return k_of(self.summary.options(), system)
 
-    def across(self, system: str) -> dict[str, Any]:
-        """``summary["across_judges"][system]`` or an empty dict."""
-        block = _get(self.summary, "across_judges", system)
-        return block if isinstance(block, dict) else {}
+    def across(self, system: str) -> AcrossJudges | None:
+        """The across-judge block of ``system``."""
+        return self.summary.across_judges.get(system)
+
+    def figure(self, system: str, name: str) -> tuple[float | None, float | None]:
+        """``(mean, sd)`` across the judges used of one figure of ``system``."""
+        across = self.across(system)
+        cell = across.figures.get(name) if across is not None else None
+        if cell is None:
+            return (None, None)
+        return (num(cell.mean), num(cell.sd))
+
+    def recall(self, system: str) -> float | None:
+        """recall@k of ``system`` (the same for every judge)."""
+        for judge in self.judges:
+            value = num(self.judge(judge).recall_at_k.get(system))
+            if value is not None:
+                return value
+        return None
 
     def headline_judges(self, system: str) -> list[str]:
-        """The judges the summary's across-judge figures of ``system`` average.
+        """The judges the across-judge figures of ``system`` average."""
+        return [j for j in self.judges if j in self.summary.headline_judges(system)]
 
-        ``across_judges.<system>.judges`` when recorded (CUBE_METHOD.md section
-        10), else (older summaries) every judge; in both cases only the judges
-        whose CuBE of ``system`` is defined, as the cross-judge mean skips the
-        others.
-        """
-        listed = self.across(system).get("judges")
-        names = listed if isinstance(listed, list) else self.judges
-        return [
-            j
-            for j in self.judges
-            if j in names and num(_get(self.judge_block(j), "cube", system)) is not None
-        ]
+    def excluded(self, system: str) -> dict[str, Reason]:
+        """Judges left out of the headline of ``system`` and why."""
+        across = self.across(system)
+        return dict(across.excluded) if across is not None else {}
 
-    def excluded(self, system: str) -> dict[str, str]:
-        """Judges left out of the headline of ``system`` and why (as recorded)."""
-        block = self.across(system).get("excluded")
-        if not isinstance(block, dict):
-            return {}
-        return {str(j): str(why) for j, why in block.items()}
-
-    def no_verdict(self, system: str) -> str | None:
-        """The recorded reason why ``system`` has no across-judge figure, if any."""
-        reason = self.across(system).get("reason")
-        if isinstance(reason, str) and reason:
-            return reason
-        if "judges" in self.across(system) and not self.headline_judges(system):
-            return "no judge separates the bounds"
-        return None
-
-    def separation(self, judge: str, system: str) -> dict[str, Any]:
-        """``bound_separation.<system>.weighted`` of a judge, or an empty dict."""
-        cell = _get(self.judge_block(judge), "bound_separation", system, WEIGHTED)
-        return cell if isinstance(cell, dict) else {}
-
-
-_OPTION_WORDS = {
-    "k": "retrieval depth k",
-    "trim": "trim proportion",
-    "weights": "weights",
-    "bounds_on": "bounds_on",
-    "min_gap": "minimum bound gap",
-    "alpha": "separation test level alpha",
-    "require_separation": "require_separation",
-}
-
-
-def read_options(
-    parameters: Mapping[str, Any], *, path: Path | None = None
-) -> tuple[AggregateOptions, list[str]]:
-    """:class:`AggregateOptions` from a summary's ``parameters`` block.
-
-    Keys that are not options (e.g. ``min_span``) are ignored. An option the
-    summary does not record (a summary written before it existed) takes the
-    model's default, and a note says so; a recorded value that is not valid is
-    an error, not a silent default.
-
-    Args:
-        parameters: ``summary["parameters"]``.
-        path: The summary's path, named in errors.
-
-    Returns:
-        The options and the notes about defaults the report assumed.
-
-    Raises:
-        InputError: A recorded option has an invalid value.
-
-    Examples:
-        >>> opts, notes = read_options({"k": 4, "trim": 0.2, "min_span": 1e-9})
-        >>> opts.k, opts.trim, opts.weights
-        (4, 0.2, 'pearson')
-        >>> [n.split(" (")[0] for n in notes if "weights" in n]
-        ['summary.json does not record weights']
-    """
-    fields = AggregateOptions.model_fields
-    given = {k: v for k, v in parameters.items() if k in fields}
-    try:
-        options = AggregateOptions.model_validate(given)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field_name = ".".join(str(p) for p in err["loc"]) or "parameters"
-        raise InputError(
-            f"summary.json parameters.{field_name} = "
-            f"{given.get(str(err['loc'][0]))!r} is not a valid aggregation "
-            f"option: {err['msg']}. Re-create the summary with `cube-ray aggregate`.",
-            path=str(path) if path else None,
-            field=f"parameters.{field_name}",
-        ) from exc
-    missing = [k for k in fields if k not in parameters]
-    notes: list[str] = []
-    if missing and not parameters:
-        notes.append(
-            "summary.json records no aggregation parameters (an older summary): "
-            "the report recomputed the intervals with the defaults "
-            + ", ".join(f"{k}={getattr(options, k)!r}" for k in fields)
-        )
-    else:
-        notes.extend(
-            f"summary.json does not record {_OPTION_WORDS.get(k, k)} (an older "
-            f"summary): the report assumed the default {k}={getattr(options, k)!r}"
-            for k in missing
-        )
-    return options, notes
-
-
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping) or key not in obj:
+    def no_verdict(self, system: str) -> Reason | None:
+        """Why ``system`` has no across-judge figure, if it has none."""
+        across = self.across(system)
+        if across is None:
             return None
-        obj = obj[key]
-    return obj
-
-
-def num(value: Any) -> float | None:
-    """A finite float, or ``None`` for anything else (null, NaN, text)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+        if across.reason is not None:
+            return across.reason
+        if not self.headline_judges(system):
+            return Reason(code=NO_JUDGE_SEPARATES, text="no judge separates the bounds")
         return None
-    f = float(value)
-    return f if math.isfinite(f) else None
+
+    def separation(self, judge: str, system: str) -> Separation | None:
+        """The weighted total's bound separation of a judge and system."""
+        return self.judge(judge).bound_separation.get(system, {}).get(WEIGHTED)
 
 
 def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
@@ -317,17 +245,7 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
             f"{root}` (or finish `cube-ray run`) before `cube-ray report`",
             path=str(summary_path),
         )
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            f"summary.json is not valid JSON: {exc}", path=str(summary_path)
-        ) from exc
-    if not isinstance(summary, dict):
-        raise InputError(
-            f"summary.json must hold a JSON object, got {type(summary).__name__}",
-            path=str(summary_path),
-        )
+    summary = Summary.read(summary_path)
     manifest = None
     manifest_path = root / "manifest.json"
     if manifest_path.is_file():
@@ -340,7 +258,7 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
     def table(kind: str) -> pl.DataFrame | None:
         return read_table(root / kind, kind) if tables else None
 
-    run = RunData(
+    return RunData(
         run_dir=root,
         summary=summary,
         answers=table("answers"),
@@ -349,43 +267,3 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
         documents=table("documents"),
         manifest=manifest,
     )
-    _infer_names(run)
-    return run
-
-
-def _infer_names(run: RunData) -> None:
-    judges_block = run.summary.get("judges")
-    judges = list(judges_block) if isinstance(judges_block, dict) else []
-    systems: list[str] = []
-    dims: list[str] = []
-    across = run.summary.get("across_judges")
-    if isinstance(across, dict):
-        systems.extend(s for s in across if isinstance(s, str))
-    for j in judges:
-        block = run.judge_block(j)
-        for s, w in (block.get("weights") or {}).items():
-            if s not in systems:
-                systems.append(s)
-            if isinstance(w, dict):
-                dims.extend(d for d in w if d not in dims)
-        for s in block.get("cube") or {}:
-            if s not in systems:
-                systems.append(s)
-    if run.scores is not None:
-        for j in run.scores.get_column(schema.JUDGE).unique(maintain_order=True):
-            if j not in judges:
-                judges.append(j)
-        # The scores keep the configured dimension order; JSON keys may be sorted.
-        in_scores = (
-            run.scores.get_column(schema.DIMENSION)
-            .unique(maintain_order=True)
-            .to_list()
-        )
-        dims = in_scores + [d for d in dims if d not in in_scores]
-    if run.answers is not None:
-        for s in run.answers.get_column(schema.SYSTEM).unique(maintain_order=True):
-            if schema.is_rag_system(s) and s not in systems:
-                systems.append(s)
-    run.judges = sorted(judges)
-    run.systems = sorted(s for s in systems if s != WEIGHTED)
-    run.dimensions = dims

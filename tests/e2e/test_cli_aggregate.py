@@ -72,6 +72,17 @@ def test_run_dir_writes_summary(run_dir: Path) -> None:
         "require_separation": True,
     }
     assert not list(run_dir.glob(".summary.json.*"))  # no temp file left
+    # Typed and versioned, with the headline's bootstrap intervals (issue 23).
+    assert summary["schema_version"] == 2
+    intervals = summary["intervals"]
+    assert (intervals["n_resamples"], intervals["seed"]) == (1000, 0)
+    assert (intervals["method"], intervals["resampling"]) == ("bca", "questions")
+    for system, across in expected["across_judges"].items():
+        cell = intervals["systems"][system]
+        assert cell["n_defined"] == 1000
+        low, high = cell["cube"]["low"], cell["cube"]["high"]
+        assert low < across["cube"]["mean"] < high
+        assert cell["cube"]["half_width"] == pytest.approx((high - low) / 2)
 
 
 def test_tables_to_stdout_and_out_file(tmp_path: Path) -> None:
@@ -209,15 +220,20 @@ def test_separation_options(run_dir: Path, tmp_path: Path) -> None:
     summary = json.loads(strict.read_text())
     across = summary["across_judges"]["rag@bm25"]
     assert across["judges"] == []
-    assert across["reason"] == "no judge separates the bounds"
+    assert across["reason"] == {
+        "code": "no_judge_separates",
+        "text": "no judge separates the bounds",
+    }
     assert across["cube"]["mean"] is None
+    assert summary["intervals"]["systems"]["rag@bm25"]["cube"]["low"] is None
     assert summary["parameters"]["min_gap"] == 3.0
     result = cube_ray(
         "aggregate", run_dir, "--min-gap", "3", "--no-require-separation",
-        "--alpha", "0.01", "--out", loose,
+        "--alpha", "0.01", "--resamples", "0", "--out", loose,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary = json.loads(loose.read_text())
     assert summary["across_judges"]["rag@bm25"]["cube"]["n_judges"] == 3
     assert summary["parameters"]["require_separation"] is False
     assert summary["parameters"]["alpha"] == 0.01
+    assert summary["intervals"] is None  # --resamples 0

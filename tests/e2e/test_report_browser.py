@@ -25,6 +25,7 @@ import polars as pl
 import pytest
 
 from cube_ray import schema
+from cube_ray.aggregate import AggregateOptions, summarize
 from cube_ray.report import write_report
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -54,8 +55,13 @@ def _build_run(root: Path) -> Path:
     for kind in ("answers", "scores"):
         (run / kind).mkdir(parents=True)
         shutil.copy(WORKED / f"{kind}.parquet", run / kind / "part-0.parquet")
-    shutil.copy(WORKED / "expected_summary.json", run / "summary.json")
     answers = pl.read_parquet(WORKED / "answers.parquet")
+    # The worked example's summary (it reproduces expected_summary.json).
+    summarize(
+        answers,
+        pl.read_parquet(WORKED / "scores.parquet"),
+        options=AggregateOptions(),
+    ).write(run / "summary.json")
     doc_ids = sorted(answers.get_column(schema.DOC_ID).unique().to_list())
     titles = [f"item {i}" for i in range(len(doc_ids))]
     if RECORDS.is_file():

@@ -241,7 +241,7 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert "WARNING" not in proc.stderr
     assert "Traceback" not in proc.stderr
 
-    from cube_ray.aggregate import AggregateOptions, summarize
+    from cube_ray.aggregate import AggregateOptions, summarize, with_intervals
     from cube_ray.stages import (
         ANSWERS_OUT_SCHEMA,
         QUESTIONS_OUT_SCHEMA,
@@ -278,15 +278,19 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert any(s != int(s) for s in ok)  # the expected-score judge is fractional
 
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    run_answers = read_answers(str(run_dir / "answers"))
+    run_scores = read_scores(str(run_dir / "scores"))
     expected = summarize(
-        read_answers(str(run_dir / "answers")),
-        read_scores(str(run_dir / "scores")),
+        run_answers,
+        run_scores,
         options=AggregateOptions(
             k={"rag": 8}, trim=0.1, weights="pearson", bounds_on="all"
         ),
     )
+    # The run's summary carries the headline's intervals (issue 23).
+    expected = with_intervals(expected, run_answers, run_scores)
     # The aggregation lists flags in no guaranteed order: compare them as sets.
-    got = json.loads(json.dumps(expected, default=str))
+    got = expected.model_dump(mode="json")
     for doc in (summary, got):
         doc["flags"] = sorted(doc.get("flags", []), key=json.dumps)
     assert _same(summary, got)

@@ -12,16 +12,18 @@ import pytest
 
 from cube_ray import schema
 from cube_ray.aggregate import (
+    SCHEMA_VERSION,
     AggregateOptions,
+    Summary,
     WeightsError,
     _parts,
     cross_judge,
     pearson_weights,
     rank_scores,
     recall_at_k,
-    summarize,
     trimmed_means,
 )
+from cube_ray.aggregate import summarize as _summarize
 from cube_ray.errors import ConfigError, InputError
 
 WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
@@ -29,6 +31,11 @@ needs_worked = pytest.mark.skipif(
     not (WORKED / "expected_summary.json").exists(),
     reason=f"worked example not found at {WORKED}",
 )
+
+
+def summarize(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The summary as the JSON that summary.json holds."""
+    return _summarize(*args, **kwargs).model_dump(mode="json")
 
 
 def compare_leaves(expected: Any, got: Any, path: str = "") -> int:
@@ -176,7 +183,10 @@ def test_three_questions_by_hand() -> None:
     guarded = summarize(answers, scores, options=AggregateOptions(trim=0.0))
     assert guarded["judges"]["j"]["cube"]["rag"] == pytest.approx(62.5 * 2 / 3)
     assert guarded["across_judges"]["rag"]["cube"]["mean"] is None
-    assert guarded["across_judges"]["rag"]["reason"] == "no judge separates the bounds"
+    assert guarded["across_judges"]["rag"]["reason"] == {
+        "code": "no_judge_separates",
+        "text": "no judge separates the bounds",
+    }
 
 
 def test_degenerate_bounds_are_null_with_reason() -> None:
@@ -187,7 +197,10 @@ def test_degenerate_bounds_are_null_with_reason() -> None:
     j = out["judges"]["j"]
     assert j["normalized"]["rag"]["relevance"] is None
     assert j["cube"]["rag"] is None
-    assert j["null_reasons"]["rag"]["relevance"] == "degenerate bounds"
+    assert j["null_reasons"]["rag"]["relevance"] == {
+        "code": "degenerate_bounds",
+        "text": "degenerate bounds",
+    }
     assert {"flag": "degenerate bounds", "judge": "j", "system": "rag",
             "figure": "normalized.relevance"} in out["flags"]  # fmt: skip
     assert out["across_judges"]["rag"]["cube"] == {
@@ -393,7 +406,7 @@ def test_no_retrieved_questions_and_equal_weights_per_judge() -> None:
     j = out["judges"]["j"]
     assert j["recall_at_k"]["rag"] == 0.0
     assert j["cube"]["rag"] is None
-    assert j["null_reasons"]["rag"]["weighted"] == "no retrieved questions"
+    assert j["null_reasons"]["rag"]["weighted"]["code"] == "no_retrieved_questions"
     # A judge that never scored dimension b: equal weights over what it scored.
     answers, scores = study(
         zero=[2, 4, 6], full=[8, 8, 8], rag=[7, 6, 3], ranks=[1, 2, 0],
@@ -410,7 +423,6 @@ def test_no_retrieved_questions_and_equal_weights_per_judge() -> None:
 def test_summary_is_deterministic_under_row_order() -> None:
     """The same tables in another row order give the same summary: every key,
     list and flag in the same order, floats equal up to summation order."""
-    from cube_ray.aggregate import AggregateOptions, summarize
 
     # rag@bm25 retrieves nothing, so its figures are null and flagged.
     answers = pl.read_parquet(WORKED / "answers.parquet").with_columns(
@@ -444,3 +456,34 @@ def test_summary_is_deterministic_under_row_order() -> None:
 
     assert first["flags"], "the worked example should raise some flags"
     same(first, shuffled, "summary")
+
+
+def test_summary_is_typed_versioned_and_round_trips(tmp_path: Path) -> None:
+    answers, scores = study(
+        zero=[2, 4, 6], full=[8, 8, 8], rag=[7, 6, 3], ranks=[1, 2, 0]
+    )
+    out = _summarize(answers, scores, options=AggregateOptions(trim=0.0))
+    assert isinstance(out, Summary)
+    assert out.schema_version == SCHEMA_VERSION
+    assert out.intervals is None  # computed by with_intervals, not summarize
+    path = out.write(tmp_path / "run" / "summary.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert Summary.read(path) == out
+    # A summary of another (or no) version: one error naming the version and
+    # the command that rewrites it.
+    del data["schema_version"]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(InputError, match="schema_version absent") as err:
+        Summary.read(path)
+    assert f"cube-ray aggregate {tmp_path / 'run'}" in str(err.value)
+    data["schema_version"] = 1
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(InputError, match="schema_version 1; this cube-ray reads"):
+        Summary.read(path)
+    # A misspelt key is an error, not data.
+    data["schema_version"] = SCHEMA_VERSION
+    data["judges"]["j"]["cubes"] = {}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(InputError, match=r"judges\.j\.cubes"):
+        Summary.read(path)

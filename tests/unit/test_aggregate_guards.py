@@ -16,13 +16,19 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from cube_ray.aggregate import AggregateOptions, summarize
+from cube_ray.aggregate import AggregateOptions
+from cube_ray.aggregate import summarize as _summarize
 
 N = 80
 DIMS = ("a", "b")
 JUDGES = ("good-1", "good-2", "blind")
 RAG_DOWN = 8  # rag outages (10 %)
 ZERO_DOWN = 3  # zero-bound outages
+
+
+def summarize(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The summary as the JSON that summary.json holds."""
+    return _summarize(*args, **kwargs).model_dump(mode="json")
 
 
 def _study(*, fractional: bool, seed: int = 7) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -169,7 +175,11 @@ def test_blind_judge_is_flagged_and_left_out_of_the_headline(
     across = out["across_judges"]["rag"]
     assert across["judges"] == ["good-1", "good-2"]
     assert set(across["excluded"]) == {"blind"}
-    assert across["excluded"]["blind"].startswith("bounds not separated")
+    why = across["excluded"]["blind"]
+    assert why["code"] == "bounds_not_separated"
+    assert why["text"].startswith("bounds not separated")
+    separation = out["judges"]["blind"]["bound_separation"]["rag"]["weighted"]
+    assert (why["gap"], why["p_value"]) == (separation["gap"], separation["p_value"])
     assert across["reason"] is None
     # The blind judge keeps every per-judge figure (nothing is hidden) ...
     assert out["judges"]["blind"]["normalized"]["rag"]["weighted"] is not None
@@ -255,7 +265,7 @@ def test_no_separated_judge_leaves_every_headline_null() -> None:
     out = summarize(answers, blind_only, options=AggregateOptions())
     across = out["across_judges"]["rag"]
     assert across["judges"] == []
-    assert across["reason"] == "no judge separates the bounds"
+    assert across["reason"]["code"] == "no_judge_separates"
     for figure in (*DIMS, "weighted", "cube"):
         assert across[figure] == {"mean": None, "sd": None, "n_judges": 0}
     assert out["judges"]["blind"]["cube"]["rag"] is not None
@@ -266,7 +276,8 @@ def test_a_high_min_gap_excludes_good_judges_too() -> None:
     out = summarize(answers, scores, options=AggregateOptions(min_gap=9.0))
     assert out["across_judges"]["rag"]["judges"] == []
     why = out["across_judges"]["rag"]["excluded"]["good-1"]
-    assert "at least 9 needed" in why
+    assert "at least 9 needed" in why["text"]
+    assert why["min_gap"] == 9.0
 
 
 def test_paired_bounds_test_only_the_retrieved_questions() -> None:

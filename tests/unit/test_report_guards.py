@@ -1,9 +1,10 @@
-"""The report's validity guards (CUBE_METHOD.md section 10, issue 11).
+"""The headline's validity guards (CUBE_METHOD.md section 10, issue 11).
 
 The interval averages the judges the headline averages, in every replicate; a
-judge with no score on one dimension is not silently dropped; the report's
-recomputation must reproduce summary.json or the report fails; options come
-from summary.json; a variant without a separated judge gets no number.
+judge with no score on one dimension is not silently dropped; intervals
+recomputed for the report must reproduce summary.json or the report fails;
+options come from summary.json; a variant without a separated judge gets no
+number.
 """
 
 from __future__ import annotations
@@ -19,19 +20,18 @@ import pytest
 from scipy import stats
 
 from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions, summarize
-from cube_ray.cli import main
-from cube_ray.errors import InputError
-from cube_ray.report import (
+from cube_ray.aggregate import (
     DEFAULT_INTERVAL,
-    NO_VERDICT,
+    AggregateOptions,
     bca_interval,
     bootstrap_cube,
     evaluate_replicates,
     fixed_judge_mean,
-    read_options,
-    write_report,
 )
+from cube_ray.aggregate import summarize as _summarize
+from cube_ray.cli import main
+from cube_ray.errors import InputError
+from cube_ray.report import NO_VERDICT, write_report
 
 WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
 needs_worked = pytest.mark.skipif(
@@ -48,6 +48,11 @@ def tables() -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.read_parquet(WORKED / "answers.parquet"),
         pl.read_parquet(WORKED / "scores.parquet"),
     )
+
+
+def summarize(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The summary as the JSON that summary.json holds."""
+    return _summarize(*args, **kwargs).model_dump(mode="json")
 
 
 def _run_dir(
@@ -145,13 +150,13 @@ def test_report_fails_when_summary_does_not_match_tables(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Intervals the report computes must be intervals of the summary's figures:
+    a summary whose headline the tables do not reproduce is refused."""
     answers, scores = tables
-    summary = json.loads((WORKED / "expected_summary.json").read_text())
-    # A judge whose CuBE the summary lost (null) while the tables define it: the
-    # old check skipped non-finite values and reported nothing.
-    summary["judges"]["judge-b"]["cube"][BM25] = None
+    summary = summarize(answers, scores, options=AggregateOptions())
+    summary["across_judges"][BM25]["cube"]["mean"] += 5.0
     run = _run_dir(tmp_path / "run", answers, scores, summary)
-    with pytest.raises(InputError, match="judge judge-b, rag@bm25") as err:
+    with pytest.raises(InputError, match=f"across-judge CuBE of {BM25}") as err:
         write_report(run, n_resamples=10)
     assert "cube-ray aggregate" in str(err.value)
     assert main(["report", str(run), "--resamples", "10"]) == 2
@@ -165,11 +170,11 @@ def test_report_fails_when_options_differ(
 ) -> None:
     """summary.json says trim 0.2 but its figures were computed with 0.1."""
     answers, scores = tables
-    summary = json.loads((WORKED / "expected_summary.json").read_text())
-    summary["parameters"] = {"k": 8, "trim": 0.2, "weights": "pearson"}
+    summary = summarize(answers, scores, options=AggregateOptions())
+    summary["parameters"]["trim"] = 0.2
     run = _run_dir(tmp_path / "run", answers, scores, summary)
     with pytest.raises(InputError, match="does not match"):
-        write_report(run, n_resamples=0)
+        write_report(run, n_resamples=10)
 
 
 @needs_worked
@@ -179,38 +184,30 @@ def test_report_uses_recorded_options(
     answers, scores = tables
     options = AggregateOptions(trim=0.2, bounds_on="paired")
     summary = summarize(answers, scores, options=options)
-    summary["parameters"] = {"trim": 0.2, "bounds_on": "paired", "min_span": 1e-9}
     run = _run_dir(tmp_path / "run", answers, scores, summary)
     md = write_report(run, n_resamples=20).markdown.read_text()
     rows = _headline_rows(md)
+    boot = bootstrap_cube(answers, scores, n_resamples=20, seed=0, options=options)
     for system, across in summary["across_judges"].items():
         assert rows[system][0] == f"{across['cube']['mean']:.2f}"
-    # k and weights were not recorded: the report says it assumed defaults.
-    assert "does not record retrieval depth k" in md
-    assert "assumed the default weights='pearson'" in md
+        lo, hi = boot[system].cube
+        assert lo is not None
+        assert hi is not None
+        assert rows[system][2] == f"[{lo:.2f}, {hi:.2f}]"
     assert "min_span" not in md.split("## Per-judge")[0]
 
 
-def test_read_options() -> None:
-    opts, notes = read_options(
-        {
-            "k": {"rag@a": 4},
-            "trim": 0.0,
-            "weights": "equal",
-            "bounds_on": "all",
-            "min_span": 1e-9,
-        }
-    )
-    assert (opts.k, opts.trim, opts.weights) == ({"rag@a": 4}, 0.0, "equal")
-    recorded = {"k", "trim", "weights", "bounds_on"}
-    missing = [k for k in AggregateOptions.model_fields if k not in recorded]
-    assert len(notes) == len(missing)
-    assert all(k in " ".join(notes) for k in missing)
-    _, none = read_options({})
-    assert len(none) == 1
-    assert "records no aggregation parameters" in none[0]
-    with pytest.raises(InputError, match=r"parameters\.trim = 0\.7"):
-        read_options({"trim": 0.7}, path=Path("run/summary.json"))
+@needs_worked
+def test_invalid_parameters_are_an_error(
+    tables: tuple[pl.DataFrame, pl.DataFrame], tmp_path: Path
+) -> None:
+    answers, scores = tables
+    summary = summarize(answers, scores, options=AggregateOptions())
+    summary["parameters"]["trim"] = 0.7
+    run = _run_dir(tmp_path / "run", answers, scores, summary)
+    with pytest.raises(InputError, match=r"parameters\.trim") as err:
+        write_report(run)
+    assert "cube-ray aggregate" in str(err.value)
 
 
 # --- the headline: who was used, and no number without a separated judge ----
@@ -221,28 +218,27 @@ def _guarded_summary(
 ) -> dict[str, Any]:
     """The worked example's summary with section 10's keys, ``used`` judges."""
     summary = summarize(answers, scores, options=AggregateOptions())
-    summary["parameters"] = {
-        "k": 8,
-        "trim": 0.1,
-        "weights": "pearson",
-        "bounds_on": "all",
-        "min_span": 1e-9,
-        "min_gap": 0.5,
-        "alpha": 0.05,
-        "require_separation": True,
-    }
     for system, block in summary["across_judges"].items():
         judges = used.get(system, list(summary["judges"]))
         left = [j for j in summary["judges"] if j not in judges]
         block["judges"] = judges
         block["excluded"] = {
-            j: "its full-score answers did not score clearly above its zero-score "
-            "answers"
+            j: {
+                "code": "bounds_not_separated",
+                "text": "its full-score answers did not score clearly above its "
+                "zero-score answers",
+                "gap": 0.1,
+                "p_value": 0.4,
+            }
             for j in left
         }
-        block["reason"] = None if judges else "no judge separates the bounds"
+        block["reason"] = (
+            None
+            if judges
+            else {"code": "no_judge_separates", "text": "no judge separates the bounds"}
+        )
         for figure, cell in list(block.items()):
-            if not isinstance(cell, dict) or figure == "excluded":
+            if not isinstance(cell, dict) or figure in ("excluded", "reason"):
                 continue
             per = [
                 summary["judges"][j]["cube"][system]
@@ -388,7 +384,9 @@ def test_cli_interval_option(tmp_path: Path) -> None:
     run.mkdir()
     for kind in ("answers", "scores"):
         shutil.copy(WORKED / f"{kind}.parquet", run / f"{kind}.parquet")
-    shutil.copy(WORKED / "expected_summary.json", run / "summary.json")
+    answers = pl.read_parquet(WORKED / "answers.parquet")
+    scores = pl.read_parquet(WORKED / "scores.parquet")
+    _summarize(answers, scores, options=AggregateOptions()).write(run / "summary.json")
     args = ["report", str(run), "--resamples", "20"]
     assert main([*args, "--interval", "percentile"]) == 0
     assert "| percentile | 20 of 20 |" in (run / "report.md").read_text()
@@ -441,8 +439,9 @@ def test_report_of_a_summary_with_a_blind_judge(
         assert f"| {system} | judge-a, judge-b | judge-c:" in headline
     assert "the headline averages 2 judge(s): judge-a and judge-b." in headline
     why = summary["across_judges"][BM25]["excluded"]["judge-c"]
-    assert f"judge-c: {why}" in headline  # the aggregation's words
-    assert "points above" in why
+    assert why["code"] == "bounds_not_separated"
+    assert f"judge-c: {why['text']}" in headline  # the aggregation's words
+    assert "points above" in why["text"]
     assert "does not record" not in headline  # a current summary records all
 
 

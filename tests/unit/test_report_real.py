@@ -208,7 +208,7 @@ def _build_run(root: Path) -> Path:
         read_scores(root / "scores"),
         options=AggregateOptions(k=8),
     )
-    (root / "summary.json").write_text(json.dumps(summary, ensure_ascii=False))
+    summary.write(root / "summary.json")
 
     # Two human raters for the first 16 questions, every set and dimension.
     scores = pl.DataFrame(rows).filter(

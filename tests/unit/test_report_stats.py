@@ -10,17 +10,20 @@ import pytest
 from scipy import stats
 
 from cube_ray import schema
-from cube_ray.errors import InputError
-from cube_ray.report import (
+from cube_ray.aggregate import (
     bleu,
     judge_agreement,
     krippendorff_alpha_interval,
     lcs_length,
     pair_stats,
-    read_human_ratings,
+    rank_correlations,
+    recall_curve,
     rouge_l,
+    text_baselines,
     tokenize,
 )
+from cube_ray.errors import InputError
+from cube_ray.report import read_human_ratings
 
 
 def test_krippendorff_alpha_matches_reference_package() -> None:
@@ -135,3 +138,55 @@ def test_read_human_ratings(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="cannot read"):
         read_human_ratings(tmp_path / "absent.csv")
+
+
+def test_text_baselines_against_the_full_answers() -> None:
+    answers = pl.DataFrame(
+        {
+            schema.QUESTION_ID: ["q1", "q2"] * 3,
+            schema.SYSTEM: ["full"] * 2 + ["zero"] * 2 + ["rag"] * 2,
+            schema.ANSWER: ["申请人需提交身份证", "办理时限30个工作日"] * 2
+            + ["申请人需提交身份证", "不知道"],
+        }
+    )
+    scores = answers.select(schema.QUESTION_ID, schema.SYSTEM).with_columns(
+        pl.Series(schema.SCORE, [9.0, 8.0, 9.0, 8.0, 9.0, 1.0])
+    )
+    table = text_baselines(answers, scores, sets=["zero", "rag"])
+    zero, rag = table.rows(named=True)
+    assert zero["bleu"] == pytest.approx(100.0)  # the same texts
+    assert zero["rouge_l"] == pytest.approx(100.0)
+    assert rag["n"] == 2
+    assert rag["rouge_l"] == pytest.approx(50.0)  # one identical, one disjoint
+    assert rag["jury"] == pytest.approx(5.0)
+    assert rag["spearman"] == pytest.approx(1.0)  # ROUGE-L follows the jury
+
+
+def test_rank_correlations_and_recall_curve() -> None:
+    ranks = [1, 2, 0, 5, 0, 1]
+    answers = pl.DataFrame(
+        {
+            schema.QUESTION_ID: [f"q{i}" for i in range(6)],
+            schema.SYSTEM: "rag",
+            schema.RANK: ranks,
+        }
+    )
+    values = [9.0, 8.0, 2.0, None, 3.0, 7.0]
+    scores = answers.select(schema.QUESTION_ID, schema.SYSTEM).with_columns(
+        pl.lit("j").alias(schema.JUDGE),
+        pl.lit("d").alias(schema.DIMENSION),
+        pl.Series(schema.SCORE, values),
+    )
+    got = rank_correlations(answers, scores, k=8, systems=["rag"]).row(0, named=True)
+    rs = np.array([9.0, 8.0, 0.0, 5.0, 0.0, 9.0])  # k + 2 - rank, 0 when missed
+    ok = np.array([v is not None for v in values])
+    y = np.array([np.nan if v is None else v for v in values])
+    assert got["r_all"] == pytest.approx(stats.pearsonr(rs[ok], y[ok]).statistic)
+    hit = ok & (np.array(ranks) >= 1)
+    assert got["r_retrieved"] == pytest.approx(
+        stats.pearsonr(rs[hit], y[hit]).statistic
+    )
+    curve = recall_curve(answers, systems=["rag"], k_max=5)
+    assert curve["recall"].to_list() == pytest.approx(
+        [2 / 6, 3 / 6, 3 / 6, 3 / 6, 4 / 6]
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ import polars as pl
 import pytest
 
 from cube_ray import schema
+from cube_ray.aggregate import AggregateOptions, Summary, summarize, with_intervals
 from cube_ray.cli import main
 from cube_ray.errors import InputError
 from cube_ray.report import write_comparison, write_report
@@ -30,13 +32,24 @@ ALL_PLOTS = {
 }
 
 
+@functools.cache
+def _worked_summary() -> Summary:
+    """The worked example's summary (it reproduces expected_summary.json to
+    1e-9: tests/unit/test_aggregate.py), without intervals."""
+    return summarize(
+        pl.read_parquet(WORKED / "answers.parquet"),
+        pl.read_parquet(WORKED / "scores.parquet"),
+        options=AggregateOptions(),
+    )
+
+
 def _worked_run(root: Path, *, tables: bool = True) -> Path:
     root.mkdir(parents=True)
     if tables:
         for kind in ("answers", "scores"):
             (root / kind).mkdir()
             shutil.copy(WORKED / f"{kind}.parquet", root / kind / "part-0.parquet")
-    shutil.copy(WORKED / "expected_summary.json", root / "summary.json")
+    _worked_summary().write(root / "summary.json")
     return root
 
 
@@ -206,8 +219,6 @@ def test_report_when_no_system_retrieved_its_gold_document(tmp_path: Path) -> No
     """A system that never retrieved the gold document: CuBE is 0 or undefined,
     correlations over retrieved questions have no pairs; the report still renders
     and says so instead of crashing."""
-    from cube_ray.aggregate import AggregateOptions, summarize
-
     run = tmp_path / "run"
     run.mkdir()
     answers = pl.read_parquet(WORKED / "answers.parquet").with_columns(
@@ -220,9 +231,37 @@ def test_report_when_no_system_retrieved_its_gold_document(tmp_path: Path) -> No
     answers.write_parquet(run / "answers.parquet")
     scores.write_parquet(run / "scores.parquet")
     summary = summarize(answers, scores, options=AggregateOptions())
-    assert summary["judges"]["judge-a"]["recall_at_k"]["rag@bm25"] == 0.0
-    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    assert summary.judges["judge-a"].recall_at_k["rag@bm25"] == 0.0
+    summary.write(run / "summary.json")
     paths = write_report(run, n_resamples=20)
     html = paths.html.read_text(encoding="utf-8")
     assert "fig-correlation" in _plots(html)
     assert "rag@bm25" in html
+
+
+def test_report_shows_the_summary_intervals(tmp_path: Path) -> None:
+    """The report formats the intervals summary.json records (it computes none
+    when they are there); asked for others, it has the aggregation compute
+    them."""
+    run = _worked_run(tmp_path / "run")
+    answers = pl.read_parquet(WORKED / "answers.parquet")
+    scores = pl.read_parquet(WORKED / "scores.parquet")
+    summary = with_intervals(
+        _worked_summary(), answers, scores, n_resamples=60, seed=9, method="percentile"
+    )
+    summary.write(run / "summary.json")
+    assert summary.intervals is not None
+    paths = write_report(run)
+    md = paths.markdown.read_text(encoding="utf-8")
+    rows = _md_table(md, "| system | CuBE")
+    for system, cell in summary.intervals.systems.items():
+        assert rows[system][2] == f"[{cell.cube.low:.2f}, {cell.cube.high:.2f}]"
+        assert f"95% CI [{cell.cube.low:.2f}, {cell.cube.high:.2f}]" in "\n".join(
+            paths.headline
+        )
+    assert "| percentile | 60 of 60 |" in md
+    assert "60 resamples of the questions, seed 9, percentile interval" in md
+    # Other intervals than recorded: computed by the aggregation, not stored.
+    md = write_report(run, n_resamples=30, interval="bca").markdown.read_text()
+    assert "| bca | 30 of 30 |" in md
+    assert Summary.read(run / "summary.json") == summary

@@ -246,4 +246,4 @@ def test_lean_read_gives_the_worked_summary_exactly() -> None:
     assert scores.schema["dimension"] == pl.Categorical
     out = summarize(answers, scores, options=AggregateOptions())
     expected = json.loads((WORKED / "expected_summary.json").read_text())
-    assert compare_leaves(expected, out) == 180
+    assert compare_leaves(expected, out.model_dump(mode="json")) == 180

@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from cube_ray.report import evaluate_replicates
+from cube_ray.aggregate import evaluate_replicates
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "validity.py"
 

@@ -3,7 +3,8 @@
 Chinese has no spaces, so the unit is one CJK character; runs of Latin letters
 and digits count as one token each; punctuation and spaces are dropped.
 These are the classic overlap metrics the CuBE paper compared its judges with,
-computed here against the full-score answers as references.
+computed here against the full-score answers as references
+(:func:`text_baselines`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import re
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
-__all__ = ["bleu", "lcs_length", "rouge_l", "tokenize"]
+import numpy as np
+import polars as pl
+
+from cube_ray import schema
+from cube_ray.aggregate._agreement import pair_stats
+
+__all__ = ["bleu", "lcs_length", "rouge_l", "text_baselines", "tokenize"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:\.[0-9]+)?|[\u3400-\u9fff\uf900-\ufaff]")
 
@@ -105,3 +112,75 @@ def bleu(candidate: str | None, reference: str | None, *, max_n: int = 4) -> flo
             log_p += math.log((match + 1) / (total + 1))
     bp = 1.0 if len(c) > len(r) else math.exp(1 - len(r) / len(c))
     return bp * math.exp(log_p / max_n)
+
+
+def text_baselines(
+    answers: pl.DataFrame,
+    scores: pl.DataFrame | None,
+    *,
+    sets: Sequence[str],
+) -> pl.DataFrame:
+    """BLEU and ROUGE-L of each answer set against the full-score answers.
+
+    Per set: the number of questions answered by both, mean BLEU-4 and ROUGE-L
+    F1 (x100), the jury's mean score and the Spearman correlation of ROUGE-L
+    with the jury's per-question mean score (how far the overlap metric agrees
+    with the judges).
+
+    Args:
+        answers: Answer rows with ``answer`` text, including the full set.
+        scores: Score rows (for the jury's score), or None.
+        sets: The answer sets to compare (e.g. zero and each system).
+
+    Returns:
+        ``set, n, bleu, rouge_l, jury, spearman`` (nulls where undefined).
+    """
+    full = answers.filter(pl.col(schema.SYSTEM) == schema.FULL).select(
+        schema.QUESTION_ID, pl.col(schema.ANSWER).alias("reference")
+    )
+    jury = None
+    if scores is not None:
+        jury = scores.group_by(schema.QUESTION_ID, schema.SYSTEM).agg(
+            pl.col(schema.SCORE).mean().alias("jury")
+        )
+    rows = []
+    for name in sets:
+        part = answers.filter(pl.col(schema.SYSTEM) == name).join(
+            full, on=schema.QUESTION_ID, how="inner"
+        )
+        if jury is not None:
+            part = part.join(
+                jury.filter(pl.col(schema.SYSTEM) == name).drop(schema.SYSTEM),
+                on=schema.QUESTION_ID,
+                how="left",
+            )
+        texts = part.get_column(schema.ANSWER).to_list()
+        refs = part.get_column("reference").to_list()
+        b = np.array([bleu(a, r) for a, r in zip(texts, refs, strict=True)])
+        rl = np.array([rouge_l(a, r) for a, r in zip(texts, refs, strict=True)])
+        j = (
+            part.get_column("jury").cast(pl.Float64).fill_null(np.nan).to_numpy()
+            if "jury" in part.columns
+            else np.full(part.height, np.nan)
+        )
+        rows.append(
+            {
+                "set": name,
+                "n": part.height,
+                "bleu": float(b.mean() * 100) if b.size else None,
+                "rouge_l": float(rl.mean() * 100) if rl.size else None,
+                "jury": float(np.nanmean(j)) if np.isfinite(j).any() else None,
+                "spearman": pair_stats(rl, j).spearman,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "set": pl.String,
+            "n": pl.Int64,
+            "bleu": pl.Float64,
+            "rouge_l": pl.Float64,
+            "jury": pl.Float64,
+            "spearman": pl.Float64,
+        },
+    )

@@ -1,14 +1,14 @@
-"""The report's vectorised CuBE recomputation and bootstrap.
+"""The bootstrap's replicates (``cube_ray.aggregate.evaluate_replicates``).
 
 Checked against the worked example's expected summary (computed by an
 independent numpy/scipy implementation), against a direct per-resample scipy
-computation written here, and against ``cube_ray.aggregate.summarize`` when it
-is importable.
+computation written here, against ``summarize`` on the resampled tables, and
+against the replicate values of the numpy implementation the report held
+before (frozen in ``data/numpy_replicates.json``, same resample indices).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from pathlib import Path
@@ -20,14 +20,17 @@ import pytest
 from scipy import stats
 
 from cube_ray import schema
-from cube_ray.aggregate import AggregateOptions
-from cube_ray.report import (
+from cube_ray.aggregate import (
+    AggregateOptions,
+    CubeReplicates,
     bootstrap_cube,
     evaluate_replicates,
-    masked_pearson,
-    masked_trimmed_mean,
+    headline_intervals,
     resample_indices,
+    summarize,
+    with_intervals,
 )
+from cube_ray.errors import InputError
 
 WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
 needs_worked = pytest.mark.skipif(
@@ -59,13 +62,50 @@ def _max_diff(expected: Any, got: Any, path: str = "") -> float:
     return abs(float(expected) - float(got))
 
 
+def _judge_summary(rep: CubeReplicates, b: int = 0) -> dict[str, Any]:
+    """Replicate ``b`` in the layout of summary.json's ``judges`` block."""
+
+    def floats(xs: np.ndarray) -> list[float | None]:
+        return [None if np.isnan(x) else float(x) for x in xs]
+
+    keys = [*rep.dimensions, "weighted"]
+    out: dict[str, Any] = {}
+    for ji, judge in enumerate(rep.judges):
+        entry: dict[str, Any] = {
+            "weights": {},
+            "trimmed_means": {},
+            "normalized": {},
+            "recall_at_k": {},
+            "cube": {},
+        }
+        for si, system in enumerate(rep.systems):
+            entry["weights"][system] = dict(
+                zip(rep.dimensions, floats(rep.weights[ji, si, b]), strict=True)
+            )
+            entry["trimmed_means"][system] = {
+                name: dict(zip(keys, floats(rep.trimmed[key][ji, si, b]), strict=True))
+                for name, key in (
+                    ("zero", "zero"),
+                    ("full", "full"),
+                    (system, "system"),
+                )
+            }
+            entry["normalized"][system] = dict(
+                zip(keys, floats(rep.normalized[ji, si, b]), strict=True)
+            )
+            entry["recall_at_k"][system] = floats(rep.recall[si, b : b + 1])[0]
+            entry["cube"][system] = floats(rep.cube[ji, si, b : b + 1])[0]
+        out[judge] = entry
+    return out
+
+
 @needs_worked
 def test_identity_resample_reproduces_expected_summary(
     worked: tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]],
 ) -> None:
     answers, scores, expected = worked
     rep = evaluate_replicates(answers, scores)
-    assert _max_diff(expected["judges"], rep.judge_summary(0)) < 1e-9
+    assert _max_diff(expected["judges"], _judge_summary(rep)) < 1e-9
     for si, system in enumerate(rep.systems):
         across = expected["across_judges"][system]
         assert rep.cube_mean[si, 0] == pytest.approx(across["cube"]["mean"], abs=1e-9)
@@ -168,23 +208,10 @@ def test_bootstrap_replicates_match_direct_resampling(
         assert boot[system].n_defined == n_resamples
 
 
-def _summarize_or_skip() -> tuple[Any, Any]:
-    try:
-        agg = importlib.import_module("cube_ray.aggregate")
-    except ModuleNotFoundError:
-        pytest.skip("cube_ray.aggregate is not written yet")
-    summarize = getattr(agg, "summarize", None)
-    options = getattr(agg, "AggregateOptions", None)
-    if summarize is None or options is None:
-        pytest.skip("cube_ray.aggregate.summarize / AggregateOptions not available")
-    return summarize, options
-
-
 @needs_worked
 def test_bootstrap_replicates_match_summarize(
     worked: tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]],
 ) -> None:
-    summarize, options_cls = _summarize_or_skip()
     answers, scores, _ = worked
     questions = sorted(answers[schema.QUESTION_ID].unique().to_list())
     idx = resample_indices(len(questions), 5, seed=3)
@@ -206,11 +233,11 @@ def test_bootstrap_replicates_match_summarize(
                 .select(frame.columns)
             )
 
-        result = summarize(redraw(answers), redraw(scores), options=options_cls())
+        result = summarize(redraw(answers), redraw(scores), options=AggregateOptions())
         for ji, judge in enumerate(rep.judges):
             for si, system in enumerate(rep.systems):
                 assert rep.cube[ji, si, b] == pytest.approx(
-                    result["judges"][judge]["cube"][system], abs=1e-9
+                    result.judges[judge].cube[system], abs=1e-9
                 )
 
 
@@ -228,35 +255,6 @@ def test_bootstrap_is_fast(
         assert lo is not None
         assert hi is not None
         assert lo < expected["across_judges"][system]["cube"]["mean"] < hi
-
-
-def test_masked_trimmed_mean_matches_scipy() -> None:
-    rng = np.random.default_rng(0)
-    for _ in range(50):
-        n = int(rng.integers(1, 40))
-        x = rng.integers(0, 11, n).astype(float)
-        x[rng.random(n) < 0.2] = np.nan
-        got = masked_trimmed_mean(x[None, :], 0.1)[0]
-        kept = x[~np.isnan(x)]
-        if kept.size == 0:
-            assert np.isnan(got)
-        else:
-            assert got == pytest.approx(stats.trim_mean(kept, 0.1), abs=1e-12)
-
-
-def test_masked_pearson_matches_numpy_and_undefined_cases() -> None:
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(20, 30))
-    y = x + rng.normal(size=(20, 30))
-    y[rng.random(y.shape) < 0.1] = np.nan
-    got = masked_pearson(x, y)
-    for i in range(20):
-        ok = ~np.isnan(y[i])
-        assert got[i] == pytest.approx(np.corrcoef(x[i, ok], y[i, ok])[0, 1])
-    const = masked_pearson(np.array([[1.0, 1.0, 1.0]]), np.array([[1.0, 2.0, 3.0]]))
-    single = masked_pearson(np.array([[1.0, 2.0]]), np.array([[1.0, np.nan]]))
-    assert np.isnan(const[0])
-    assert np.isnan(single[0])
 
 
 def _tiny(
@@ -332,4 +330,190 @@ def test_equal_weight_fallback_and_degenerate_bounds() -> None:
     rep = evaluate_replicates(answers, flat)
     assert np.isnan(rep.normalized[0, 0, 0, -1])
     assert np.isnan(rep.cube[0, 0, 0])
-    assert rep.judge_summary()["j"]["cube"]["rag"] is None
+    assert _judge_summary(rep)["j"]["cube"]["rag"] is None
+
+
+# --- the numpy implementation this replaced (frozen replicate values) --------
+
+FROZEN = Path(__file__).with_name("data") / "numpy_replicates.json"
+
+
+def _frozen_cases() -> dict[str, tuple[pl.DataFrame, pl.DataFrame, AggregateOptions]]:
+    """The tables the frozen values were computed on (as /tmp/method_freeze.py)."""
+    import importlib.util
+    import sys
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "validity.py"
+    spec = importlib.util.spec_from_file_location("validity_frozen", bench)
+    assert spec is not None
+    assert spec.loader is not None
+    validity = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = validity
+    spec.loader.exec_module(validity)
+    wa = pl.read_parquet(WORKED / "answers.parquet")
+    ws = pl.read_parquet(WORKED / "scores.parquet")
+    ia, isc = validity.simulate_tables(np.random.default_rng(5), 80, integer=True)
+    return {
+        "worked_default": (wa, ws, AggregateOptions()),
+        "worked_paired_trim0": (
+            wa,
+            ws,
+            AggregateOptions(bounds_on="paired", trim=0.0),
+        ),
+        "worked_equal": (wa, ws, AggregateOptions(weights="equal")),
+        "sim_integer": (ia, isc, AggregateOptions()),
+    }
+
+
+@needs_worked
+def test_same_resamples_give_the_numpy_replicates() -> None:
+    """The report's former numpy bootstrap, frozen on the same resample indices:
+    every replicate of every figure agrees to 1e-9 (and undefined where it was
+    undefined); its intervals agree too."""
+    frozen = json.loads(FROZEN.read_text(encoding="utf-8"))
+    for name, (answers, scores, options) in _frozen_cases().items():
+        ref = frozen[name]
+        idx = np.array(ref["indices"], dtype=np.int64)
+        assert np.array_equal(idx, resample_indices(idx.shape[1], 12, seed=11))
+        rep = evaluate_replicates(answers, scores, indices=idx, options=options)
+        assert [rep.judges, rep.systems, rep.dimensions] == [
+            ref["judges"],
+            ref["systems"],
+            ref["dimensions"],
+        ]
+        got = {
+            "cube": rep.cube,
+            "recall": rep.recall,
+            "normalized": rep.normalized,
+            "weights": rep.weights,
+            "correlations": rep.correlations,
+            "trimmed_system": rep.trimmed["system"],
+            "trimmed_zero": rep.trimmed["zero"],
+            "trimmed_full": rep.trimmed["full"],
+            "cube_mean": rep.cube_mean,
+        }
+        for key, values in got.items():
+            want = np.array([np.nan if v is None else v for v in ref[key]])
+            have = values.ravel()
+            assert np.array_equal(np.isnan(want), np.isnan(have)), (name, key)
+            assert np.nanmax(np.abs(want - have)) < 1e-9, (name, key)
+        boot = bootstrap_cube(answers, scores, n_resamples=200, seed=3, options=options)
+        for system, result in boot.items():
+            old = ref["bootstrap_200_seed3_bca"][system]
+            assert result.cube == pytest.approx(tuple(old["cube"]), abs=1e-9)
+            assert result.recall == pytest.approx(tuple(old["recall"]), abs=1e-9)
+            assert result.n_defined == old["n_defined"]
+        boot = bootstrap_cube(
+            answers,
+            scores,
+            n_resamples=200,
+            seed=3,
+            options=options,
+            method="percentile",
+        )
+        for system, result in boot.items():
+            old = ref["bootstrap_200_seed3_percentile"][system]
+            assert result.cube == pytest.approx(tuple(old["cube"]), abs=1e-9)
+
+
+@needs_worked
+def test_counts_and_indices_are_the_same_resamples(
+    worked: tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]],
+) -> None:
+    answers, scores, _ = worked
+    idx = resample_indices(120, 6, seed=4)
+    counts = np.stack([np.bincount(row, minlength=120) for row in idx])
+    a = evaluate_replicates(answers, scores, indices=idx)
+    b = evaluate_replicates(answers, scores, counts=counts)
+    np.testing.assert_allclose(a.cube, b.cube, atol=1e-9)
+    # A zero count leaves a question out: the identity minus question 0.
+    drop = np.ones((1, 120), dtype=np.int64)
+    drop[0, 0] = 0
+    c = evaluate_replicates(answers, scores, counts=drop)
+    d = evaluate_replicates(answers, scores, indices=np.arange(1, 120)[None, :])
+    np.testing.assert_allclose(c.cube, d.cube, atol=1e-12)
+    with pytest.raises(Exception, match="one count per question"):
+        evaluate_replicates(answers, scores, counts=np.ones((2, 5)))
+
+
+@needs_worked
+def test_resampling_within_strata(
+    worked: tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]],
+) -> None:
+    """CUBE_METHOD.md section 11: n_h fixed per stratum. A stratum of one
+    question draws it in every resample; a design whose strata are the systems'
+    hits and misses keeps recall fixed, so its interval is a point."""
+    answers, scores, _ = worked
+    questions = sorted(answers[schema.QUESTION_ID].unique().to_list())
+    one = {q: ("alone" if i == 0 else "rest") for i, q in enumerate(questions)}
+    strata = pl.DataFrame(
+        {schema.QUESTION_ID: list(one), "stratum": list(one.values())}
+    )
+    from cube_ray.aggregate import strata_positions
+
+    layers = strata_positions(pl.Series(questions), strata)
+    idx = resample_indices(len(questions), 300, seed=1, strata=layers)
+    counts = np.stack([np.bincount(row, minlength=len(questions)) for row in idx])
+    assert (counts[:, 0] == 1).all()  # the stratum of one never varies
+    assert counts.sum(axis=1).tolist() == [len(questions)] * 300
+    # Strata = whether rag@bm25 retrieved the gold document: its recall is the
+    # same in every resample.
+    bm25 = answers.filter(pl.col(schema.SYSTEM) == "rag@bm25")
+    hit = bm25.select(
+        schema.QUESTION_ID,
+        (pl.col(schema.RANK) >= 1).cast(pl.String).alias("stratum"),
+    )
+    boot = bootstrap_cube(
+        answers, scores, n_resamples=100, seed=2, method="percentile", strata=hit
+    )
+    lo, hi = boot["rag@bm25"].recall
+    assert lo == pytest.approx(hi, abs=1e-12)
+    plain = bootstrap_cube(answers, scores, n_resamples=100, seed=2)
+    lo, hi = plain["rag@bm25"].recall
+    assert hi - lo > 0.05
+    # A question without a stratum is an error that names the fix.
+    with pytest.raises(InputError, match="have no stratum"):
+        bootstrap_cube(answers, scores, n_resamples=5, strata=hit.head(3))
+
+
+@needs_worked
+def test_headline_intervals_in_the_summary(
+    worked: tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]],
+) -> None:
+    answers, scores, expected = worked
+    summary = summarize(answers, scores, options=AggregateOptions())
+    with_iv = with_intervals(summary, answers, scores, n_resamples=200, seed=5)
+    assert with_iv.intervals is not None
+    assert with_iv.intervals.n_resamples == 200
+    assert with_iv.intervals.method == "bca"
+    for system, cell in with_iv.intervals.systems.items():
+        mean = expected["across_judges"][system]["cube"]["mean"]
+        assert cell.cube.low is not None
+        assert cell.cube.high is not None
+        assert cell.cube.low < mean < cell.cube.high
+        assert cell.cube.half_width == pytest.approx(
+            (cell.cube.high - cell.cube.low) / 2
+        )
+        assert cell.judges == summary.across_judges[system].judges
+        assert cell.n_defined == 200
+    direct = bootstrap_cube(
+        answers,
+        scores,
+        n_resamples=200,
+        seed=5,
+        judges={s: summary.across_judges[s].judges for s in summary.systems},
+    )
+    for system, cell in with_iv.intervals.systems.items():
+        assert (cell.cube.low, cell.cube.high) == pytest.approx(
+            direct[system].cube, abs=1e-9
+        )
+    assert with_intervals(summary, answers, scores, n_resamples=0).intervals is None
+    # Tables that are not the summary's: refused, naming the command.
+    other = scores.with_columns(
+        pl.when(pl.col(schema.SYSTEM) == "rag@bm25")
+        .then(pl.col(schema.SCORE) * 0.5)
+        .otherwise(pl.col(schema.SCORE))
+        .alias(schema.SCORE)
+    )
+    with pytest.raises(InputError, match="cube-ray aggregate RUN_DIR"):
+        headline_intervals(answers, other, summary, n_resamples=10)

@@ -1,0 +1,412 @@
+"""``summary.json`` as one typed, versioned model: :class:`Summary`.
+
+:func:`cube_ray.aggregate.summarize` returns a :class:`Summary`; the aggregate
+command and the pipeline write it with :meth:`Summary.write`, and everyone
+(report, compare, plan, benchmarks) reads it with :meth:`Summary.read`. The
+format changes only with :data:`SCHEMA_VERSION`; a summary of another version is
+refused with one error naming the version and the command that rewrites it.
+
+Why a figure is undefined or a judge left out is a :class:`Reason`: a stable
+``code`` (the constants below) with the plain-words ``text`` and the numbers it
+rests on, so readers never parse prose.
+
+The JSON layout of the figures is the one of CUBE_METHOD.md and of the worked
+example (``judges.<judge>.cube.<system>``, ``across_judges.<system>.<figure>``
+...); :class:`AcrossJudges` keeps its figures beside ``judges``/``excluded``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
+
+from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.errors import InputError
+
+__all__ = [
+    "BOUNDS_NOT_SEPARATED",
+    "DEGENERATE_BOUNDS",
+    "MISSING_SCORES",
+    "NO_JUDGE_SEPARATES",
+    "NO_RETRIEVED_QUESTIONS",
+    "SCHEMA_VERSION",
+    "AcrossJudges",
+    "Counts",
+    "CrossJudgeFigure",
+    "FigureInterval",
+    "Flag",
+    "Intervals",
+    "JudgeFigures",
+    "Qualification",
+    "Reason",
+    "Sample",
+    "SampleStratum",
+    "Separation",
+    "Summary",
+    "SystemInterval",
+]
+
+SCHEMA_VERSION = 2
+"""Version of the summary format. 1 (implicit: no ``schema_version``) was the
+untyped dict with prose reasons and no intervals."""
+
+# --- reason codes ---------------------------------------------------------------
+BOUNDS_NOT_SEPARATED = "bounds_not_separated"
+"""A judge left out: its full - zero gap is too small or not significant (§10)."""
+NO_JUDGE_SEPARATES = "no_judge_separates"
+"""A system has no across-judge figure: every judge was left out (§10)."""
+DEGENERATE_BOUNDS = "degenerate_bounds"
+"""A normalised figure is undefined: ``full - zero <= min_span`` (§7)."""
+MISSING_SCORES = "missing_scores"
+"""A normalised figure is undefined: a bound or the system has no score."""
+NO_RETRIEVED_QUESTIONS = "no_retrieved_questions"
+"""A normalised figure is undefined: the system retrieved no gold document."""
+# Issue 29 adds ``bound_unavailable`` here (a bound set whose answers are down).
+
+
+class _Model(BaseModel):
+    """Frozen, strict: unknown keys are errors (a misspelt key is not data)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Reason(BaseModel):
+    """Why a figure is undefined or a judge is left out."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    code: str
+    """A stable code (``bounds_not_separated``, ``no_judge_separates``, ...)."""
+    text: str
+    """The same in plain words, for the report."""
+    gap: float | None = None
+    """``full - zero`` of the trimmed means (points), where it applies."""
+    p_value: float | None = None
+    """One-sided Wilcoxon p-value of ``full > zero``, where it applies."""
+    n_pairs: int | None = None
+    """Questions in the test."""
+    min_gap: float | None = None
+    """The ``min_gap`` the gap was held against."""
+    alpha: float | None = None
+    """The ``alpha`` the p-value was held against."""
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict[str, Any]:
+        # Only the numbers a reason rests on: no key of a number it lacks.
+        out: dict[str, Any] = handler(self)
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class Separation(_Model):
+    """Bound separation of one judge, system and figure (§10)."""
+
+    gap: float | None
+    p_value: float
+    n_pairs: int
+    separated: bool
+
+
+class Qualification(_Model):
+    """Controlled-fault detection of one kind and dimension (§12)."""
+
+    n: int
+    skipped: int
+    drop: float | None
+    p_value: float | None
+    detected: bool
+
+
+class JudgeFigures(_Model):
+    """``judges.<judge>``: every figure of one judge, keyed by system."""
+
+    weights: dict[str, dict[str, float | None]]
+    weight_method: dict[str, str]
+    correlations: dict[str, dict[str, float | None]] | None = None
+    """Pearson r(rank_score, score) per system and dimension (Pearson weights)."""
+    n_pairs: dict[str, dict[str, int]] | None = None
+    trimmed_means: dict[str, dict[str, dict[str, float | None]]]
+    """``system -> set (zero, full, the system) -> figure -> trimmed mean``."""
+    n_scores: dict[str, dict[str, dict[str, int]]]
+    normalized: dict[str, dict[str, float | None]]
+    null_reasons: dict[str, dict[str, Reason]]
+    """``system -> figure -> why the normalised figure is undefined``."""
+    recall_at_k: dict[str, float | None]
+    cube: dict[str, float | None]
+    missing: dict[str, dict[str, dict[str, int]]]
+    """``system -> dimension -> status -> missing scores``."""
+    bound_separation: dict[str, dict[str, Separation]]
+    qualification: dict[str, dict[str, Qualification]] | None = None
+    """``<kind> -> <dimension|weighted> -> detection`` (§12), when run."""
+
+
+class CrossJudgeFigure(_Model):
+    """Mean and SD across the judges used of one figure."""
+
+    mean: float | None
+    sd: float | None
+    n_judges: int
+
+
+_ACROSS_KEYS = ("judges", "excluded", "reason")
+
+
+class AcrossJudges(_Model):
+    """``across_judges.<system>``: the headline's jury and its figures (§10).
+
+    In JSON the figures (each dimension, ``weighted``, ``cube``) sit beside
+    ``judges``, ``excluded`` and ``reason``.
+    """
+
+    judges: list[str]
+    """The judges whose figures are averaged (held fixed by the interval)."""
+    excluded: dict[str, Reason]
+    """Judges left out, and why."""
+    reason: Reason | None
+    """Why there is no across-judge figure at all, if so."""
+    figures: dict[str, CrossJudgeFigure]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_figures(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "figures" not in data:
+            figures = {k: v for k, v in data.items() if k not in _ACROSS_KEYS}
+            data = {k: v for k, v in data.items() if k in _ACROSS_KEYS}
+            data["figures"] = figures
+        return data
+
+    @model_serializer(mode="wrap")
+    def _flatten(self, handler: Any) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        out.update(out.pop("figures"))
+        return out
+
+
+class Counts(_Model):
+    """Row and question counts of the tables."""
+
+    questions: int
+    answer_rows: int
+    score_rows: int
+    score_rows_by_system: dict[str, int]
+    missing_scores: int
+    retrieved: dict[str, int]
+    questions_by_system: dict[str, int]
+    unavailable: dict[str, int]
+
+
+class Flag(BaseModel):
+    """One flag of the aggregation; the details depend on the flag."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    flag: str
+    judge: str | None = None
+    system: str | None = None
+    figure: str | None = None
+
+
+class FigureInterval(_Model):
+    """A bootstrap interval; all three None when it is undefined."""
+
+    low: float | None
+    high: float | None
+    half_width: float | None
+    """``(high - low) / 2``: what ``cube-ray plan`` extrapolates (§11)."""
+
+    @classmethod
+    def of(cls, low: float | None, high: float | None) -> FigureInterval:
+        """The interval ``[low, high]``.
+
+        >>> FigureInterval.of(40.0, 50.0).half_width
+        5.0
+        """
+        if low is None or high is None:
+            return cls(low=None, high=None, half_width=None)
+        return cls(low=low, high=high, half_width=(high - low) / 2.0)
+
+
+class SystemInterval(_Model):
+    """``intervals.systems.<system>``."""
+
+    judges: list[str]
+    """The judges held fixed in every replicate (the headline's)."""
+    n_defined: int
+    """Replicates in which every judge used had a defined CuBE."""
+    cube: FigureInterval
+    """The headline: the across-judge CuBE."""
+    weighted: FigureInterval
+    recall: FigureInterval
+    per_judge: dict[str, FigureInterval]
+    """Each judge's CuBE (every judge, used or not)."""
+
+
+class Intervals(_Model):
+    """``intervals``: bootstrap intervals of the headline (§10, §11)."""
+
+    n_resamples: int
+    seed: int
+    method: Literal["percentile", "bca"]
+    confidence: float
+    resampling: Literal["questions", "strata"]
+    """``strata``: within strata, ``n_h`` fixed (§11)."""
+    systems: dict[str, SystemInterval]
+
+
+class SampleStratum(_Model):
+    """One stratum of the sample (§11)."""
+
+    population: int
+    size: int
+
+
+class Sample(_Model):
+    """``sample``: the planned sample the questions are (§11)."""
+
+    size: int
+    population: int
+    seed: int
+    fields: list[str]
+    strata: dict[str, SampleStratum]
+
+
+class Parameters(AggregateOptions):
+    """The options the summary was computed with, and the smallest span."""
+
+    min_span: float
+
+
+class Summary(_Model):
+    """The content of ``summary.json``."""
+
+    schema_version: Literal[2] = 2
+    """The format version (:data:`SCHEMA_VERSION`)."""
+    parameters: Parameters
+    systems: list[str]
+    judge_names: list[str]
+    dimensions: list[str]
+    counts: Counts
+    judges: dict[str, JudgeFigures]
+    across_judges: dict[str, AcrossJudges]
+    flags: list[Flag]
+    notes: list[str]
+    inputs: dict[str, str] | None = None
+    """Where the tables were read from (``answers``, ``scores``)."""
+    intervals: Intervals | None = None
+    """The headline's bootstrap intervals (None: not computed)."""
+    sample: Sample | None = None
+    """The sample design (§11), when the questions are a planned sample."""
+
+    def options(self) -> AggregateOptions:
+        """The aggregation options the summary was computed with."""
+        return AggregateOptions.model_validate(
+            self.parameters.model_dump(exclude={"min_span"})
+        )
+
+    def headline_judges(self, system: str) -> list[str]:
+        """The judges the across-judge figures of ``system`` average.
+
+        Those listed in ``across_judges.<system>.judges`` whose CuBE of the
+        system is defined (the cross-judge mean skips the others).
+        """
+        across = self.across_judges.get(system)
+        if across is None:
+            return []
+        return [
+            j
+            for j in self.judge_names
+            if j in across.judges and self.judges[j].cube.get(system) is not None
+        ]
+
+    def to_json(self) -> str:
+        """The JSON text of ``summary.json`` (no NaN: undefined is null)."""
+        data = self.model_dump(mode="json")
+        return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+    def write(self, path: str | Path) -> Path:
+        """Write ``summary.json`` atomically (a reader never sees half a file)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+        )
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(self.to_json())
+            Path(tmp).replace(target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: str | Path | None = None) -> Summary:
+        """Validate parsed JSON; one clear error for another schema version.
+
+        Raises:
+            InputError: Not a summary of :data:`SCHEMA_VERSION`, or invalid.
+        """
+        where = str(path) if path is not None else None
+        rewrite = f"cube-ray aggregate {Path(path).parent if path else 'RUN_DIR'}"
+        if not isinstance(data, dict):
+            raise InputError(
+                f"summary.json must hold a JSON object, got {type(data).__name__}",
+                path=where,
+            )
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            shown = (
+                "absent (a summary written before versions)"
+                if version is None
+                else repr(version)
+            )
+            raise InputError(
+                f"summary.json has schema_version {shown}; this cube-ray reads "
+                f"version {SCHEMA_VERSION}. Rewrite it from the run's tables with "
+                f"`{rewrite}`.",
+                path=where,
+                field="schema_version",
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise InputError(
+                f"summary.json is not a valid version-{SCHEMA_VERSION} summary: "
+                f"{loc}: {err['msg']}. Rewrite it with `{rewrite}`.",
+                path=where,
+                field=loc or None,
+            ) from None
+
+    @classmethod
+    def read(cls, path: str | Path) -> Summary:
+        """Read and validate ``summary.json``.
+
+        Raises:
+            InputError: Missing, not JSON, or not a valid summary.
+        """
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(
+                "summary.json is missing; create it with `cube-ray aggregate "
+                f"{p.parent}` (or finish `cube-ray run`)",
+                path=str(p),
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise InputError(
+                f"summary.json is not valid JSON: {exc}", path=str(p)
+            ) from exc
+        return cls.from_json(data, path=p)

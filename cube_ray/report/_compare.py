@@ -1,0 +1,183 @@
+"""The comparison page of several runs (``cube-ray compare``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+
+from cube_ray import __version__
+from cube_ray.aggregate import WEIGHTED, IntervalMethod
+from cube_ray.errors import InputError
+from cube_ray.report import _plots
+from cube_ray.report._data import CUBE, load_run, num
+from cube_ray.report._deps import require_report_deps
+from cube_ray.report._format import NO_VERDICT, fmt, interval_text
+from cube_ray.report._render import (
+    Figure,
+    Para,
+    Section,
+    Table,
+    render_html,
+    render_markdown,
+)
+from cube_ray.report._report import resolve_intervals
+
+__all__ = ["write_comparison"]
+
+
+def write_comparison(
+    run_dirs: Sequence[str | Path],
+    *,
+    out: str | Path,
+    n_resamples: int | None = None,
+    seed: int | None = None,
+    interval: IntervalMethod | None = None,
+) -> Path:
+    """Write one HTML page comparing several runs (and its ``.md`` twin).
+
+    Args:
+        run_dirs: Run directories, each with a ``summary.json``.
+        out: The HTML file to write; the Markdown goes beside it (``.md``).
+        n_resamples: Bootstrap resamples per run (0 disables intervals; None:
+            each summary's own intervals).
+        seed: Bootstrap seed (None: as recorded).
+        interval: ``bca`` or ``percentile`` (None: as recorded).
+
+    Returns:
+        The HTML path.
+    """
+    require_report_deps()
+    if not run_dirs:
+        raise InputError("compare needs at least one run directory")
+    runs = [load_run(d) for d in run_dirs]
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        names = [str(r.run_dir) for r in runs]
+    rows = []
+    labels: list[str] = []
+    per_label: dict[str, dict[str, float | None]] = {}
+    means: dict[str, float | None] = {}
+    intervals: dict[str, tuple[float | None, float | None]] = {}
+    dims: list[str] = []
+    methods: set[str] = set()
+    for run, name in zip(runs, names, strict=True):
+        dims.extend(d for d in run.dimensions if d not in dims)
+        run.intervals = resolve_intervals(
+            run, n_resamples=n_resamples, seed=seed, interval=interval
+        )
+        iv = run.intervals
+        if iv is not None:
+            methods.add(iv.method)
+        for system in run.systems:
+            label = f"{name}:{system}"
+            labels.append(label)
+            verdict = run.no_verdict(system)
+            used = run.headline_judges(system)
+            mean, sd = run.figure(system, CUBE)
+            means[label] = None if verdict else mean
+            cell = iv.systems.get(system) if iv is not None else None
+            shown = cell.cube if cell is not None and not verdict else None
+            intervals[label] = (
+                (cell.cube.low, cell.cube.high)
+                if cell is not None and not verdict
+                else (None, None)
+            )
+            for j in run.judges:
+                per_label.setdefault(j, {})[label] = (
+                    num(run.judge(j).cube.get(system)) if j in used else None
+                )
+            wmean, wsd = run.figure(system, WEIGHTED)
+            rows.append(
+                [
+                    name,
+                    system,
+                    NO_VERDICT if verdict else fmt(mean, 2),
+                    fmt(sd, 2),
+                    interval_text(shown, 2),
+                    fmt(run.recall(system), 3),
+                    f"{fmt(wmean)} ± {fmt(wsd)}",
+                    ", ".join(used) or "none",
+                ]
+            )
+    dim_rows = []
+    for run, name in zip(runs, names, strict=True):
+        for system in run.systems:
+            dim_rows.append(
+                [name, system]
+                + [
+                    "{} ± {}".format(*(fmt(x) for x in run.figure(system, d)))
+                    for d in dims
+                ]
+            )
+    sec = Section("comparison", "Runs compared")
+    sec.blocks.append(
+        Table(
+            [
+                "run",
+                "system",
+                "CuBE mean",
+                "CuBE SD",
+                "95% CI",
+                "recall@k",
+                "weighted",
+                "judges used",
+            ],
+            rows,
+            caption="Headline figures per run and system (interval: judges held "
+            f"fixed, {', '.join(sorted(methods)) or 'none'})",
+            anchor="comparison-table",
+            numeric=frozenset({2, 3, 4, 5, 6}),
+        )
+    )
+    sec.blocks.append(
+        Figure(
+            "fig-compare",
+            "CuBE per run and system",
+            _plots.cube_chart(
+                per_label,
+                means,
+                intervals,
+                systems=labels,
+                judges=sorted(per_label),
+            ),
+            "Bar chart of CuBE per run and system with bootstrap intervals.",
+        )
+    )
+    sec.blocks.append(
+        Table(
+            ["run", "system", *dims],
+            dim_rows,
+            caption="Normalised dimensions (cross-judge mean ± SD)",
+            numeric=frozenset(range(2, 2 + len(dims))),
+        )
+    )
+    sec.blocks.append(
+        Para(
+            "Runs are comparable only if they share the question set, the bounds "
+            "generator and the jury; check each run's details.",
+            "note",
+        )
+    )
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    title = "CuBE comparison — " + ", ".join(names)
+    meta = [
+        f"{len(runs)} runs",
+        "Generated " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    ]
+    footer = f"cube-ray {__version__}"
+    out_path.write_text(
+        render_html(title=title, meta=meta, sections=[sec], footer=footer),
+        encoding="utf-8",
+    )
+    md_path = (
+        out_path.with_suffix(".md")
+        if out_path.suffix.lower() != ".md"
+        else out_path.with_name(out_path.name + ".md")
+    )
+    md_path.write_text(
+        render_markdown(title=title, meta=meta, sections=[sec], footer=footer),
+        encoding="utf-8",
+    )
+    return out_path

@@ -1,0 +1,126 @@
+"""Formatting shared by the report's sections: numbers, intervals, the jury."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cube_ray.aggregate import BOUNDS_NOT_SEPARATED, FigureInterval, Reason
+from cube_ray.report._data import RunData, num
+
+__all__ = [
+    "NO_VERDICT",
+    "fmt",
+    "interval_text",
+    "jury_sentence",
+    "left_out",
+    "plain_list",
+    "short_reason",
+]
+
+NO_VERDICT = "no verdict"
+"""What the headline shows instead of a number when no judge separates the bounds."""
+
+
+def fmt(value: object, digits: int = 1) -> str:
+    """A number for a table cell; ``n/a`` for null/NaN.
+
+    >>> fmt(44.97416), fmt(None), fmt(0.75, 3)
+    ('45.0', 'n/a', '0.750')
+    """
+    v = num(value)
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def interval_text(ci: FigureInterval | None, digits: int = 1) -> str:
+    """``[low, high]``, or ``n/a``.
+
+    >>> interval_text(FigureInterval.of(1.0, 2.5)), interval_text(None)
+    ('[1.0, 2.5]', 'n/a')
+    """
+    if ci is None or ci.low is None or ci.high is None:
+        return "n/a"
+    return f"[{ci.low:.{digits}f}, {ci.high:.{digits}f}]"
+
+
+def plain_list(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``.
+
+    >>> plain_list(["a"]), plain_list(["a", "b", "c"])
+    ('a', 'a, b and c')
+    """
+    names = list(names)
+    if len(names) <= 1:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _why(reason: Reason) -> str:
+    """A recorded reason in words, with the test's p-value if they lack it."""
+    text = reason.text
+    if reason.p_value is not None and "p =" not in text:
+        text += f" (one-sided Wilcoxon p = {fmt(reason.p_value, 3)})"
+    return text
+
+
+def left_out(run: RunData, system: str) -> list[tuple[str, Reason | None, str]]:
+    """``(judge, recorded reason, why in words)`` per judge not in the headline."""
+    used = set(run.headline_judges(system))
+    recorded = run.excluded(system)
+    out = []
+    for judge in run.judges:
+        if judge in used:
+            continue
+        reason = recorded.get(judge)
+        if reason is not None:
+            why = _why(reason)
+        elif num(run.judge(judge).cube.get(system)) is None:
+            why = "its CuBE is undefined (degenerate bounds or missing scores)"
+        else:
+            why = "not among the judges the summary used"
+        out.append((judge, reason, why))
+    return out
+
+
+def short_reason(reason: Reason | None, why: str) -> str:
+    """The console's one-line form of why a judge was left out.
+
+    >>> r = Reason(code="bounds_not_separated", text="bounds not separated: x",
+    ...            gap=-0.14, p_value=0.999)
+    >>> short_reason(r, r.text)
+    'bounds not separated (gap -0.14 points, p = 0.999)'
+    """
+    short = why.split(":", 1)[0]
+    if (
+        reason is not None
+        and reason.code == BOUNDS_NOT_SEPARATED
+        and reason.gap is not None
+        and reason.p_value is not None
+    ):
+        short += f" (gap {fmt(reason.gap, 2)} points, p = {fmt(reason.p_value, 3)})"
+    return short
+
+
+def jury_sentence(run: RunData, system: str) -> str:
+    """The headline's account of the jury, in words for a decision maker."""
+    used = run.headline_judges(system)
+    left = left_out(run, system)
+    verdict = run.no_verdict(system)
+    if verdict is not None:
+        text = (
+            f"{system}: {NO_VERDICT} — {verdict.text}. None of the judges scored "
+            "answers written from the gold document clearly above answers written "
+            "without any context, so the scale from 0 (no context) to 100 (gold "
+            "document) has no meaning for this jury and no CuBE is shown."
+        )
+    else:
+        text = (
+            f"{system}: the headline averages {len(used)} judge(s): {plain_list(used)}."
+        )
+        if left:
+            text += (
+                " Left out because a judge that cannot tell a grounded answer from "
+                "no answer cannot place the system between the two:"
+            )
+    for judge, _, why in left:
+        text += f" {judge}: {why}."
+    return text

@@ -1,0 +1,241 @@
+"""The headline: the console's lines and the report's first section."""
+
+from __future__ import annotations
+
+from cube_ray.aggregate import WEIGHTED
+from cube_ray.report import _plots
+from cube_ray.report._data import CUBE, RunData, num
+from cube_ray.report._format import (
+    NO_VERDICT,
+    fmt,
+    interval_text,
+    jury_sentence,
+    left_out,
+    short_reason,
+)
+from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
+
+__all__ = ["console_lines", "headline_section"]
+
+
+def console_lines(run: RunData) -> list[str]:
+    r"""The headline in a few lines for the console, at the end of ``cube-ray run``.
+
+    Per system: the CuBE across the judges used with its bootstrap interval
+    (``run.intervals``: the summary's, or the report's when it computed
+    others) and SD, and recall@k; or the verdict that there is none. Then each
+    judge left out, with the short reason, and the flags counted by kind.
+
+    >>> import polars as pl
+    >>> from pathlib import Path
+    >>> from cube_ray.aggregate import AggregateOptions, summarize
+    >>> answers = pl.DataFrame({"question_id": ["q1", "q2", "q3"] * 3,
+    ...     "system": ["zero"] * 3 + ["full"] * 3 + ["rag"] * 3,
+    ...     "rank": [None] * 6 + [1, 2, 0]})
+    >>> scores = answers.select("question_id", "system").with_columns(
+    ...     judge=pl.lit("j"), dimension=pl.lit("relevance"),
+    ...     score=pl.Series([2.0, 4, 6, 8, 8, 8, 7, 6, 3]))
+    >>> summary = summarize(answers, scores, options=AggregateOptions(k=3))
+    >>> print("\n".join(console_lines(RunData(Path("runs/demo"), summary))))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    rag: no verdict — no judge separates the bounds; no CuBE, recall@3 0.667
+      left out: j: bounds not separated (gap 4.00 points, p = 1.000)
+    flags: bounds not separated ×2 (summary.json; the report explains each)
+
+    Keeping the unseparated judge, and with the summary's intervals:
+
+    >>> from cube_ray.aggregate import with_intervals
+    >>> kept = summarize(answers, scores,
+    ...                  options=AggregateOptions(k=3, require_separation=False))
+    >>> run = RunData(Path("runs/demo"), kept)
+    >>> print(console_lines(run)[0])  # doctest: +NORMALIZE_WHITESPACE
+    rag: CuBE 41.67, no interval (summary.json has none)
+      (1 of 1 judges: j; SD n/a), recall@3 0.667
+    >>> run = RunData(Path("runs/demo"), with_intervals(kept, answers, scores,
+    ...               n_resamples=50, method="percentile"))
+    >>> console_lines(run)[0].split(" (")[0]
+    'rag: CuBE 41.67, 95% CI [8.33, 83.33]'
+    """
+    lines = []
+    for system in run.systems:
+        recall = f"recall@{run.k_of(system)} {fmt(run.recall(system), 3)}"
+        verdict = run.no_verdict(system)
+        if verdict is not None:
+            lines.append(f"{system}: {NO_VERDICT} — {verdict.text}; no CuBE, {recall}")
+        else:
+            mean, sd = run.figure(system, CUBE)
+            used = run.headline_judges(system)
+            jury = f"{len(used)} of {len(run.judges)} judges: {', '.join(used)}"
+            iv = run.intervals
+            cell = iv.systems.get(system) if iv is not None else None
+            ci = (
+                f"{iv.confidence:.0%} CI {interval_text(cell.cube, 2)}"
+                if iv is not None and cell is not None
+                else "no interval (summary.json has none)"
+            )
+            lines.append(
+                f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; SD {fmt(sd, 2)}), "
+                f"{recall}"
+            )
+        for judge, reason, why in left_out(run, system):
+            lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
+    if run.summary.flags:
+        kinds: dict[str, int] = {}
+        for flag in run.summary.flags:
+            kinds[flag.flag] = kinds.get(flag.flag, 0) + 1
+        counted = ", ".join(f"{k} ×{n}" for k, n in kinds.items())
+        lines.append(f"flags: {counted} (summary.json; the report explains each)")
+    return lines
+
+
+def headline_section(run: RunData, notes: list[Para]) -> Section:
+    """The first section: one card per system, the jury, the headline table."""
+    sec = Section("headline", "Headline")
+    rows = []
+    detail_rows = []
+    iv = run.intervals
+    for system in run.systems:
+        verdict = run.no_verdict(system)
+        mean, sd = run.figure(system, CUBE)
+        wmean, wsd = run.figure(system, WEIGHTED)
+        recall = run.recall(system)
+        cell = iv.systems.get(system) if iv is not None else None
+        ci = cell.cube if cell is not None and verdict is None else None
+        k = run.k_of(system)
+        used = run.headline_judges(system)
+        if verdict is not None:
+            card = HeadlineCard(
+                system=system,
+                cube=NO_VERDICT,
+                spread=verdict.text,
+                interval="no interval: there is no figure to bound",
+                details=[(f"recall@{k}", fmt(recall, 3)), ("judges used", "none")],
+            )
+            row = [system, NO_VERDICT, "n/a", "n/a", fmt(recall, 3), "n/a", "n/a"]
+        else:
+            card = HeadlineCard(
+                system=system,
+                cube=fmt(mean),
+                spread=f"± {fmt(sd)} SD across {len(used)} judges",
+                interval=f"95% bootstrap CI {interval_text(ci)}",
+                details=[
+                    (f"recall@{k}", fmt(recall, 3)),
+                    ("weighted bounded score", f"{fmt(wmean)} ± {fmt(wsd)}"),
+                    ("judges used", ", ".join(used) or "none"),
+                ],
+            )
+            row = [
+                system,
+                fmt(mean, 2),
+                fmt(sd, 2),
+                interval_text(ci, 2),
+                fmt(recall, 3),
+                fmt(wmean, 2),
+                fmt(wsd, 2),
+            ]
+        sec.blocks.append(card)
+        rows.append(row)
+        shown = iv is not None and cell is not None and verdict is None
+        detail_rows.append(
+            [
+                system,
+                ", ".join(used) or "none",
+                "; ".join(f"{j}: {why}" for j, _, why in left_out(run, system))
+                or "none",
+                iv.method if shown and iv is not None else "n/a",
+                f"{cell.n_defined} of {iv.n_resamples}"
+                if shown and iv is not None and cell is not None
+                else "n/a",
+            ]
+        )
+    sec.blocks.append(
+        Para(
+            "CuBE = normalised weighted score × recall@k, where the normalised score "
+            "places the system between answers written without context (zero = 0) "
+            "and answers written from the gold document alone (full = 100). "
+            "Mean ± SD across the judges used; the interval resamples questions "
+            "with the judges held fixed: it says how much the figure would move "
+            "with another draw of questions like these, not with another jury.",
+            "note",
+        )
+    )
+    for system in run.systems:
+        sec.blocks.append(
+            Para(
+                jury_sentence(run, system),
+                "warn" if run.no_verdict(system) or left_out(run, system) else "note",
+            )
+        )
+    sec.blocks.extend(notes)
+    sec.blocks.extend(
+        Para("Aggregation note: " + note, "note") for note in run.summary.notes
+    )
+    sec.blocks.append(
+        Table(
+            [
+                "system",
+                "CuBE mean",
+                "CuBE SD",
+                "95% CI",
+                "recall@k",
+                "weighted mean",
+                "weighted SD",
+            ],
+            rows,
+            caption="Headline figures (from summary.json; CI by bootstrap)",
+            anchor="headline-table",
+            numeric=frozenset(range(1, 7)),
+        )
+    )
+    sec.blocks.append(
+        Table(
+            [
+                "system",
+                "judges used (held fixed)",
+                "judges left out",
+                "interval",
+                "defined replicates",
+            ],
+            detail_rows,
+            caption="Who the headline averages and how its interval was computed "
+            "(a replicate is defined when every judge used has a CuBE in it)",
+            anchor="headline-jury",
+        )
+    )
+    # Only the judges of each headline get a marker: the others are in the
+    # per-judge tables, not in the figure a reader takes as the result.
+    per_judge = {
+        j: {
+            s: num(run.judge(j).cube.get(s)) if j in run.headline_judges(s) else None
+            for s in run.systems
+        }
+        for j in run.judges
+    }
+    intervals: dict[str, tuple[float | None, float | None]] = {}
+    for s in run.systems:
+        cell = iv.systems.get(s) if iv is not None else None
+        shown = cell is not None and not run.no_verdict(s)
+        intervals[s] = (
+            (cell.cube.low, cell.cube.high)
+            if shown and cell is not None
+            else (None, None)
+        )
+    sec.blocks.append(
+        Figure(
+            "fig-cube",
+            "CuBE per system and judge",
+            _plots.cube_chart(
+                per_judge,
+                {
+                    s: None if run.no_verdict(s) else run.figure(s, CUBE)[0]
+                    for s in run.systems
+                },
+                intervals,
+                systems=run.systems,
+                judges=run.judges,
+            ),
+            "Bar chart of the cross-judge mean CuBE per system with bootstrap "
+            "intervals and one marker per judge.",
+        )
+    )
+    return sec
