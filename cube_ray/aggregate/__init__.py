@@ -18,6 +18,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cube_ray.aggregate._availability import (
+        BOUND_UNAVAILABLE,
+        SYSTEM_UNAVAILABLE,
+        UNAVAILABLE_CODES,
+        incomplete_reasons,
+        unavailable_sets,
+    )
     from cube_ray.aggregate._math import (
         COUNT,
         RANK_SCORE,
@@ -47,18 +54,22 @@ if TYPE_CHECKING:
     from cube_ray.aggregate._summary import DEGENERATE, OUTSIDE, WEIGHTED, summarize
 
 __all__ = [
+    "BOUND_UNAVAILABLE",
     "COUNT",
     "DEGENERATE",
     "MIN_NONZERO_PAIRS",
     "NOT_SEPARATED",
     "OUTSIDE",
     "RANK_SCORE",
+    "SYSTEM_UNAVAILABLE",
+    "UNAVAILABLE_CODES",
     "WEIGHTED",
     "AggregateOptions",
     "BoundsOptions",
     "WeightsError",
     "cross_judge",
     "histogram",
+    "incomplete_reasons",
     "normalise",
     "pearson",
     "pearson_exprs",
@@ -70,10 +81,16 @@ __all__ = [
     "trim_count",
     "trimmed_mean_exprs",
     "trimmed_means",
+    "unavailable_sets",
     "wilcoxon_greater",
 ]
 
 _HOME = {
+    "BOUND_UNAVAILABLE": "_availability",
+    "SYSTEM_UNAVAILABLE": "_availability",
+    "UNAVAILABLE_CODES": "_availability",
+    "incomplete_reasons": "_availability",
+    "unavailable_sets": "_availability",
     "COUNT": "_math",
     "RANK_SCORE": "_math",
     "cross_judge": "_math",

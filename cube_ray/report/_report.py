@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from cube_ray import __version__, schema
-from cube_ray.aggregate import RANK_SCORE, rank_scores
+from cube_ray.aggregate import RANK_SCORE, incomplete_reasons, rank_scores
 from cube_ray.credentials import mask
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
@@ -163,8 +163,9 @@ def _left_out(run: RunData, system: str) -> list[tuple[str, str]]:
         sep = run.separation(judge, system)
         gap, p = num(sep.get("gap")), num(sep.get("p_value"))
         if why is not None:
-            # The aggregation's own words; add the test's p-value if they lack it.
-            if p is not None and "p =" not in why:
+            # The aggregation's own words; add the test's p-value if they lack it
+            # (no gap: the test had no pairs, and its p = 1 says nothing).
+            if p is not None and gap is not None and "p =" not in why:
                 why += f" (one-sided Wilcoxon p = {fmt(p, 3)})"
         elif gap is not None or p is not None:
             why = (
@@ -184,6 +185,16 @@ def _jury_sentence(run: RunData, system: str) -> str:
     used = run.headline_judges(system)
     left = _left_out(run, system)
     verdict = run.no_verdict(system)
+    if system in incomplete_reasons(run.summary):
+        # Failed answers, not the jury: say what failed and how to finish.
+        return (
+            f"{system}: {NO_VERDICT} — {verdict}. Failed answers are left out of "
+            "their set (CUBE_METHOD.md §10); with no usable answer in a bound, or "
+            "from the system, there is no scale to place the system on, so no "
+            "judge's CuBE is defined. Fix what made them fail (the run's warnings "
+            "name the setting, e.g. the engine's timeout_s) and rerun with "
+            "`cube-ray run … --retry-failed`."
+        )
     if verdict is not None:
         text = (
             f"{system}: {NO_VERDICT} — {verdict}. None of the judges scored answers "
@@ -277,7 +288,10 @@ def console_lines(
                 f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; SD {fmt(sd, 2)}), "
                 f"{recall}"
             )
-        for judge, why in _left_out(run, system):
+        # Failed answers leave every judge out for the same reason, said above.
+        failed = system in incomplete_reasons(run.summary)
+        left = [] if failed else _left_out(run, system)
+        for judge, why in left:
             short = why.split(":", 1)[0]
             sep = run.separation(judge, system)
             gap, p = num(sep.get("gap")), num(sep.get("p_value"))
