@@ -193,7 +193,7 @@ def _jury_sentence(run: RunData, system: str) -> str:
             "from the system, there is no scale to place the system on, so no "
             "judge's CuBE is defined. Fix what made them fail (the run's warnings "
             "name the setting, e.g. the engine's timeout_s) and rerun with "
-            "`cube-ray run … --retry-failed`."
+            "cube-ray run … --retry-failed."
         )
     if verdict is not None:
         text = (
