@@ -19,6 +19,7 @@ from cube_ray.stages.judge import STATUS_NO_ANSWER
 
 __all__ = [
     "FAILURE_WARN_SHARE",
+    "STATUS_TIMEOUT",
     "UPSTREAM_STATUSES",
     "failure_warning",
     "outcome_counts",
@@ -32,6 +33,10 @@ UPSTREAM_STATUSES = frozenset({STATUS_NO_ANSWER, STATUS_NO_QUESTION})
 """Statuses that say an earlier stage failed (no question, no answer to judge):
 counted, but not this stage's failures; the earlier stage's warning names the
 cause."""
+
+STATUS_TIMEOUT = "timeout"
+"""The status HTTP engines and systems give a request that ran out of its
+``timeout_s``: the one failure whose fix is a setting this line can name."""
 
 Owner = tuple[str, Any]
 """A config section that does a stage's work: its path (``generator``,
@@ -119,14 +124,14 @@ def failure_warning(
     counted = outcome_counts(failed)
     where = ", ".join(_owner_words(p, c) for p, c in owners) or "the stage"
     fixes = []
-    if "timeout" in failed:
+    if STATUS_TIMEOUT in failed:
         fixes += [
             f"raise {path}.timeout_s (now {config.timeout_s:g} s; it bounds one "
             "request, each retry gets its own)"
             for path, config in owners
             if isinstance(getattr(config, "timeout_s", None), int | float)
         ]
-    if set(failed) - {"timeout"} or not fixes:
+    if set(failed) - {STATUS_TIMEOUT} or not fixes:
         fixes.append(
             f"read the failed rows' status and raw text in the {table} table and "
             "the run's log, and fix their cause"
