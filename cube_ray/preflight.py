@@ -579,6 +579,7 @@ PROBE_PROMPT = (
     "eligibility, documents, where to apply, fees and processing time."
 )
 """A request like the run's answers: one that asks for a long reply."""
+PROBE_TIMED_OUT = "timed out"
 
 
 def _probe_max_tokens(engine: OpenAIHttpEngineConfig, *, judge: bool) -> int:
@@ -619,10 +620,16 @@ def probe_warning(
         "requests per actor share the server during the run"
     )
     fix = f"Raise {where}.timeout_s before a long run."
-    if error is not None:
+    if error == PROBE_TIMED_OUT:
         return (
             f"{where}: a probe request to {engine.base_url} did not finish within "
-            f"timeout_s ({limit:g} s, {shared}): {error}. {fix}"
+            f"timeout_s ({limit:g} s, {shared}). {fix}"
+        )
+    if error is not None:
+        return (
+            f"{where}: a probe request to {engine.base_url} failed ({error}); the "
+            "run's requests may fail the same way (their rows get a failure "
+            "status). Check the server's log before a long run."
         )
     estimate = elapsed_s
     if completion_tokens and completion_tokens < max_tokens:
@@ -671,6 +678,9 @@ def _probe_request(
         with urllib.request.urlopen(request, timeout=engine.timeout_s) as response:
             reply = json.loads(response.read().decode("utf-8"))
     except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)  # URLError wraps the socket's error
+        if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError):
+            return time.monotonic() - start, None, PROBE_TIMED_OUT
         # The key is only in a header; an error text never holds it.
         return time.monotonic() - start, None, f"{type(exc).__name__}: {exc}"
     elapsed = time.monotonic() - start

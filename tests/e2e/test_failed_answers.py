@@ -89,6 +89,11 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if body.get("refuse"):
+                self.send_response(400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             prompt = "\n".join(m["content"] for m in body["messages"])
             if doc := DOCUMENT.search(prompt):
                 title = doc.group(1).splitlines()[0]
@@ -320,3 +325,10 @@ def test_preflight_probe_warns_only_when_slow(
     assert len(said) == 1
     assert "did not finish within timeout_s (0.3 s" in said[0]
     assert generator.kinds.count("probe") == 3
+    # A server that refuses the request: a warning naming the error.
+    said.clear()
+    config = _probe_config(tmp_path, generator.url, timeout_s=5.0)
+    config.generator.extra_body["refuse"] = True
+    probe_endpoints(config, say=said.append)
+    assert len(said) == 1
+    assert "failed (HTTPError: HTTP Error 400" in said[0]
