@@ -1101,12 +1101,21 @@ def _outside_paths(data: dict[str, Any], base: Path) -> list[str]:
     return problems
 
 
-def engine_fingerprint(config: Any) -> str:
-    """Hash of an engine config without its pool settings.
+_TRANSPORT_FIELDS = frozenset(
+    {"timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "max_concurrency"}
+)
+"""How an HTTP engine reaches its server: like the pool, not part of its outputs."""
 
-    Pool sizes and batch sizes change throughput, not outputs, so they do not
-    invalidate rows on resume.
+
+def engine_fingerprint(config: Any) -> str:
+    """Hash of an engine config without its pool and transport settings.
+
+    Pool sizes, batch sizes and an HTTP engine's timeout, retries and
+    concurrency change throughput, not outputs, so they do not invalidate
+    rows on resume: raising ``timeout_s`` and rerunning with
+    ``--retry-failed`` redoes only the failed rows.
     """
-    data = config.model_dump(mode="json", exclude={"pool"})
+    present = _TRANSPORT_FIELDS & set(type(config).model_fields)
+    data = config.model_dump(mode="json", exclude={"pool", *present})
     text = json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

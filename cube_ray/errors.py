@@ -8,6 +8,7 @@ received, what was expected, and how to fix it.
 from __future__ import annotations
 
 __all__ = [
+    "INCOMPLETE_EXIT_CODE",
     "ClusterError",
     "ConfigError",
     "CubeRayError",
@@ -16,6 +17,13 @@ __all__ = [
     "MissingDependencyError",
     "ResourceWaitError",
 ]
+
+INCOMPLETE_EXIT_CODE = 4
+"""Exit code of a run (or ``cube-ray aggregate``) that finished and wrote its
+summary, but a bound or system had no usable answer, so some system has no
+verdict (CUBE_METHOD.md section 10). Not 0 (the result is incomplete), not 2
+(nothing is wrong with the input), not 3 (no resource wait): fix what made the
+answers fail and rerun with ``--retry-failed``."""
 
 
 class CubeRayError(Exception):

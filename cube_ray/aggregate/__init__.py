@@ -33,6 +33,13 @@ if TYPE_CHECKING:
         pair_stats,
         score_matrix,
     )
+    from cube_ray.aggregate._availability import (
+        BOUND_UNAVAILABLE,
+        SYSTEM_UNAVAILABLE,
+        UNAVAILABLE_CODES,
+        incomplete_reasons,
+        unavailable_sets,
+    )
     from cube_ray.aggregate._bootstrap import (
         CubeReplicates,
         FixedWeights,
@@ -124,6 +131,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOUNDS_NOT_SEPARATED",
+    "BOUND_UNAVAILABLE",
     "COUNT",
     "CUBE",
     "DEFAULT_INTERVAL",
@@ -140,6 +148,8 @@ __all__ = [
     "RANK_SCORE",
     "RATER",
     "SCHEMA_VERSION",
+    "SYSTEM_UNAVAILABLE",
+    "UNAVAILABLE_CODES",
     "WEIGHTED",
     "AcrossJudges",
     "AggregateOptions",
@@ -174,6 +184,7 @@ __all__ = [
     "fixed_judge_mean",
     "headline_intervals",
     "histogram",
+    "incomplete_reasons",
     "jackknife_indices",
     "judge_agreement",
     "k_of",
@@ -200,12 +211,18 @@ __all__ = [
     "trim_count",
     "trimmed_mean_exprs",
     "trimmed_means",
+    "unavailable_sets",
     "weighted_totals",
     "wilcoxon_greater",
     "with_intervals",
 ]
 
 _HOME = {
+    "BOUND_UNAVAILABLE": "_availability",
+    "SYSTEM_UNAVAILABLE": "_availability",
+    "UNAVAILABLE_CODES": "_availability",
+    "incomplete_reasons": "_availability",
+    "unavailable_sets": "_availability",
     "COUNT": "_math",
     "RANK_SCORE": "_math",
     "cross_judge": "_math",

@@ -138,6 +138,8 @@ class _State:
     notes: list[str]
     flags: list[dict[str, Any]]
     engine: Any
+    failed_sets: Mapping[str, tuple[str, str]]
+    """Answer sets none of whose answers is usable (``_availability``)."""
 
 
 class _AnswerFrames(_State):
@@ -423,7 +425,9 @@ class _Passes(_AnswerFrames):
         stats = self.frames["stats"]
         systems = _strings(stats.get_column(schema.SYSTEM).unique(maintain_order=True))
         for bound in schema.BOUND_SYSTEMS:
-            if bound not in systems:
+            # A bound whose answers all failed is an incomplete run, reported
+            # as such; only a bound never produced is an input error.
+            if bound not in systems and bound not in self.failed_sets:
                 raise InputError(
                     f"the scores table has no rows of system {bound!r} (systems:"
                     f" {systems}). Expected scores of the zero- and full-score bound"
@@ -495,9 +499,12 @@ class _Passes(_AnswerFrames):
                 path=self.s_src,
                 field=schema.QUESTION_ID,
             )
+        # Every answer failed: no score row is usable, but the judges and
+        # dimensions are still those the table names (each gets its reason).
+        named = self.scores if stats.height == 0 else stats
         self.judges = _strings(
-            stats.get_column(schema.JUDGE).unique(maintain_order=True)
+            named.get_column(schema.JUDGE).unique(maintain_order=True)
         )
         self.dimensions = _strings(
-            stats.get_column(schema.DIMENSION).unique(maintain_order=True)
+            named.get_column(schema.DIMENSION).unique(maintain_order=True)
         )

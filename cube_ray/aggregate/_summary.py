@@ -8,6 +8,11 @@ from typing import Any
 import polars as pl
 
 from cube_ray import schema
+from cube_ray.aggregate._availability import (
+    BOUND_UNAVAILABLE,
+    unavailable_sets,
+    verdict_reasons,
+)
 from cube_ray.aggregate._math import (
     COUNT,
     FALLBACK,
@@ -52,6 +57,7 @@ from cube_ray.aggregate._parts import (
     _require,
 )
 from cube_ray.aggregate._parts_weights import _JudgeSeparation
+from cube_ray.aggregate._separation import NOT_SEPARATED
 
 __all__ = [
     "DEGENERATE",
@@ -163,6 +169,7 @@ class _Aggregation(_JudgeSeparation):
 
     # --- assembly --------------------------------------------------------
     def run(self) -> Summary:
+        self.failed_sets = unavailable_sets(self.answers)
         ranked = self._rag_answers()
         self._passes(ranked)
         self._check_scores()
@@ -236,7 +243,7 @@ class _Aggregation(_JudgeSeparation):
             by=[schema.SYSTEM, _FIGURE],
             value="normalized",
         )
-        return self._assemble(
+        out = self._assemble(
             weights,
             trimmed,
             figures,
@@ -247,6 +254,60 @@ class _Aggregation(_JudgeSeparation):
             separation=separation,
             used=used,
         )
+        if not self.failed_sets:
+            return out
+        data = out.model_dump(mode="json")
+        self._no_verdict_for_failed_sets(data)
+        return Summary.model_validate(data)
+
+    def _no_verdict_for_failed_sets(self, out: dict[str, Any]) -> None:
+        """Sets with no usable answer (section 10): no verdict, and why.
+
+        Their figures are already null (a bound without a trimmed mean); this
+        gives them the reason in words instead of "missing scores", puts it
+        on ``across_judges``, and flags each failed set with its reason code.
+        The bound-separation flags of those systems are dropped: with a bound
+        missing there was nothing to test.
+        """
+        reasons = verdict_reasons(self.failed_sets, self.rag_systems)
+        if not reasons:
+            return
+        superseded = {"missing scores", "no retrieved questions", NOT_SEPARATED}
+
+        def superseded_by_reason(flag: dict[str, Any]) -> bool:
+            s = flag.get("system")
+            if s not in reasons:
+                return False
+            # A system with no answer has no correlations to weigh by.
+            fallback = flag["flag"] == "equal-weight fallback" and s in self.failed_sets
+            return fallback or flag["flag"] in superseded
+
+        flags = [f for f in out["flags"] if not superseded_by_reason(f)]
+        for name, (code, text) in self.failed_sets.items():
+            flags.append(
+                {
+                    "flag": code.replace("_", " "),
+                    "code": code,
+                    "system": name,
+                    "reason": text,
+                }
+            )
+        out["flags"] = sorted(
+            flags, key=lambda f: tuple(str(f.get(k, "")) for k in _FLAG_ORDER)
+        )
+        for s, text in reasons.items():
+            code = self.failed_sets.get(s, (BOUND_UNAVAILABLE, ""))[0]
+            why = {"code": code, "text": text}
+            for block in out["judges"].values():
+                block["null_reasons"][s] = {
+                    f: dict(why) for f in block["normalized"][s]
+                }
+            across = out["across_judges"][s]
+            across.update(
+                judges=[],
+                excluded={j: dict(why) for j in self.judges},
+                reason=dict(why),
+            )
 
     def _assemble(
         self,

@@ -268,7 +268,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         summary.write(out)
         print(f"wrote {out}", file=sys.stderr)
-    return 0
+    from cube_ray.aggregate import incomplete_reasons
+    from cube_ray.errors import INCOMPLETE_EXIT_CODE
+
+    # Failed answers left a set empty: the summary is written, with the
+    # verdict a run gives (CUBE_METHOD.md section 10), and the exit code says
+    # it is incomplete.
+    incomplete = incomplete_reasons(summary)
+    for system, reason in incomplete.items():
+        print(f"cube-ray: {system}: no verdict — {reason}", file=sys.stderr)
+    return INCOMPLETE_EXIT_CODE if incomplete else 0
 
 
 _DEFAULTS: dict[str, Any] = {

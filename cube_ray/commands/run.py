@@ -107,6 +107,7 @@ def run_command(args: argparse.Namespace) -> int:
         progress=False if args.no_progress else None,
         report=not args.no_report,
         quiet=not args.verbose,
+        config_path=args.config,
     )
     try:
         result = run_pipeline(config, options)
@@ -141,6 +142,23 @@ def run_command(args: argparse.Namespace) -> int:
     if result.log_path is not None:
         print(f"logs:     {result.log_path} (vLLM and Ray output; --verbose shows it)")
     sys.stdout.flush()
+    if result.incomplete:
+        from cube_ray.errors import INCOMPLETE_EXIT_CODE
+
+        # Every stage ran, but failed answers left a set empty: say so last,
+        # with the rerun that completes the run.
+        for system, reason in result.incomplete.items():
+            print(
+                f"cube-ray: incomplete: {system}: no verdict — {reason}",
+                file=sys.stderr,
+            )
+        print(
+            "cube-ray: fix what made the answers fail (the warnings above name the "
+            f"setting), then rerun: cube-ray run {args.config} --out {run_dir} "
+            f"--retry-failed (exit code {INCOMPLETE_EXIT_CODE}: incomplete)",
+            file=sys.stderr,
+        )
+        return INCOMPLETE_EXIT_CODE
     return 0
 
 

@@ -354,7 +354,9 @@ class OpenAIHttpEngineConfig(_EngineBase):
     max_concurrency: int = Field(default=8, ge=1)
     """Requests in flight per actor."""
     timeout_s: float = Field(default=60.0, gt=0)
-    """Per-request timeout."""
+    """Seconds one HTTP request may take: one attempt of one row, from the
+    moment it is sent to its whole reply (each retry gets its own). Not part of
+    the engine's fingerprint: raising it keeps the rows already written."""
     max_retries: int = Field(default=5, ge=0)
     """Retries on 429, 5xx, timeouts and malformed responses."""
     backoff_base_s: float = Field(default=0.5, ge=0)

@@ -102,6 +102,10 @@ class StageSpec:
     Ray tasks of ``ray.task_num_cpus``, and the engine pool holds the resources."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What ``--dry-run`` needs to know (the system config of a system stage)."""
+    owners: tuple[tuple[str, Any], ...] = ()
+    """The config sections that do its work, by config path (``generator``,
+    ``judges.j1``, ``systems[rag]``) with their models: a warning about its
+    failed rows names them and the setting to change."""
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -163,6 +167,7 @@ def stage_graph(
                 Inputs(DOCUMENTS, question_inputs, {"fingerprint": fp}),
                 _light(gen),
                 engines=(gen,),
+                owners=(("generator", gen),),
             )
         )
         first = (QUESTIONS,)
@@ -181,6 +186,7 @@ def stage_graph(
             _light(gen),
             engines=(gen,),
             after=first,
+            owners=(("generator", gen),),
         )
     )
     for system in config.systems:
@@ -213,6 +219,10 @@ def stage_graph(
                 after=first,
                 own_actors=True,
                 extra={"system": system},
+                owners=(
+                    (f"systems[{system.name}]", system),
+                    *((("generator", gen),) if kind.uses_generator else ()),
+                ),
             )
         )
     answer_stages = tuple(s.label for s in specs if s.table == ANSWERS)
@@ -242,6 +252,7 @@ def stage_graph(
                 _light(engine),
                 engines=(engine,),
                 after=answer_stages,
+                owners=((f"judges.{judge}", engine),),
             )
         )
     return specs

@@ -113,6 +113,9 @@ class RunOptions:
     """Send vLLM/Ray output (and anything else written to stdout/stderr) to
     ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
     own progress and messages still reach the terminal."""
+    config_path: str | None = None
+    """The config file the run was started with (named in the rerun command
+    that warnings and an incomplete run suggest)."""
 
 
 @dataclass
@@ -128,6 +131,10 @@ class RunResult:
     """Where engine and Ray output went (quiet runs)."""
     headline: list[str] = field(default_factory=list)
     """The report's headline for the console (empty when no report was written)."""
+    incomplete: dict[str, str] = field(default_factory=dict)
+    """System -> why it has no verdict, when a bound or the system had no
+    usable answer (CUBE_METHOD.md section 10); empty for a complete run. The
+    CLI then exits with ``INCOMPLETE_EXIT_CODE``."""
 
 
 # --- the driver -------------------------------------------------------------------
@@ -626,16 +633,22 @@ def _run_stages(
 
             ray.shutdown()
     summary_path: Path | None = None
+    incomplete: dict[str, str] = {}
     try:
         if summary is not None:
             summary_path = summary.write(run_dir / "summary.json")
+            from cube_ray.aggregate import incomplete_reasons
+
+            incomplete = incomplete_reasons(summary)
     except BaseException as exc:
         _record_failed(manifest_path, config, started, exc)
         raise
     # The manifest is final before the report is written: the report shows it.
     manifest.update(
         {
-            "status": "complete",
+            # Every stage ran; "incomplete" when a set had no usable answer.
+            "status": "incomplete" if incomplete else "complete",
+            "incomplete": incomplete,
             "finished": _utc(),
             "stages": {k: v.as_dict() for k, v in driver.stats.items()},
             "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
@@ -674,6 +687,7 @@ def _run_stages(
         manifest_path,
         report_paths,
         headline=headline,
+        incomplete=incomplete,
     )
 
 

@@ -25,6 +25,7 @@ from cube_ray.pipeline import faults
 from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
 from cube_ray.pipeline.engine_pool import EnginePools
 from cube_ray.pipeline.method import StageSpec
+from cube_ray.pipeline.outcomes import failure_warning, outcome_counts
 from cube_ray.pipeline.parts import (
     _PENDING_PREFIX,
     StageStats,
@@ -258,10 +259,26 @@ class StageRunner:
                 # two hashes: only the join with the current inputs settles it.
                 self._compact_retrying(spec.table, label, inputs, expected)
             pending.unlink(missing_ok=True)
+        counted = outcome_counts(stats.statuses)
         self._say(
-            f"{shown}: {written} rows written, {stats.skipped} skipped "
-            f"({time.monotonic() - start:.1f} s)"
+            f"{shown}: {written} rows written"
+            + (f" ({counted})" if counted else "")
+            + f", {stats.skipped} skipped ({time.monotonic() - start:.1f} s)"
         )
+        warning = failure_warning(
+            shown,
+            stats.statuses,
+            owners=spec.owners,
+            table=spec.table,
+            rerun=self._rerun_command(),
+        )
+        if warning is not None:  # shown with or without progress lines
+            print(f"cube-ray: warning: {warning}", file=console(), flush=True)
+
+    def _rerun_command(self) -> str:
+        """The command that redoes this run's failed rows."""
+        config = self.options.config_path or "CONFIG"
+        return f"cube-ray run {config} --out {self.options.run_dir} --retry-failed"
 
     def _map(self, spec: StageSpec, todo: Dataset) -> Dataset:
         """The stage over the rows to do, one output block per input block.

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cube_ray.aggregate import BOUNDS_NOT_SEPARATED, FigureInterval, Reason
+from cube_ray.aggregate import (
+    BOUNDS_NOT_SEPARATED,
+    FigureInterval,
+    Reason,
+    incomplete_reasons,
+)
 from cube_ray.report._data import RunData, num
 
 __all__ = [
@@ -57,7 +62,8 @@ def plain_list(names: Sequence[str]) -> str:
 def _why(reason: Reason) -> str:
     """A recorded reason in words, with the test's p-value if they lack it."""
     text = reason.text
-    if reason.p_value is not None and "p =" not in text:
+    # No gap: the test had no pairs, and its p = 1 says nothing.
+    if reason.p_value is not None and reason.gap is not None and "p =" not in text:
         text += f" (one-sided Wilcoxon p = {fmt(reason.p_value, 3)})"
     return text
 
@@ -105,6 +111,16 @@ def jury_sentence(run: RunData, system: str) -> str:
     used = run.headline_judges(system)
     left = left_out(run, system)
     verdict = run.no_verdict(system)
+    if verdict is not None and system in incomplete_reasons(run.summary):
+        # Failed answers, not the jury: say what failed and how to finish.
+        return (
+            f"{system}: {NO_VERDICT} — {verdict.text}. Failed answers are left out "
+            "of their set (CUBE_METHOD.md §10); with no usable answer in a bound, "
+            "or from the system, there is no scale to place the system on, so no "
+            "judge's CuBE is defined. Fix what made them fail (the run's warnings "
+            "name the setting, e.g. the engine's timeout_s) and rerun with "
+            "cube-ray run … --retry-failed."
+        )
     if verdict is not None:
         text = (
             f"{system}: {NO_VERDICT} — {verdict.text}. None of the judges scored "

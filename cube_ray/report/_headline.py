@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cube_ray.aggregate import WEIGHTED
+from cube_ray.aggregate import WEIGHTED, incomplete_reasons
 from cube_ray.report import _plots
 from cube_ray.report._data import CUBE, RunData, num
 from cube_ray.report._format import (
@@ -77,7 +77,9 @@ def console_lines(run: RunData) -> list[str]:
                 f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; SD {fmt(sd, 2)}), "
                 f"{recall}"
             )
-        for judge, reason, why in left_out(run, system):
+        # Failed answers leave every judge out for the same reason, said above.
+        failed = system in incomplete_reasons(run.summary)
+        for judge, reason, why in [] if failed else left_out(run, system):
             lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
     if run.summary.flags:
         kinds: dict[str, int] = {}
