@@ -19,6 +19,7 @@ __all__ = ["main"]
 
 COMMANDS: tuple[str, ...] = (
     "run",
+    "plan",
     "check",
     "aggregate",
     "report",

@@ -60,6 +60,7 @@ def summarize(
     *,
     options: AggregateOptions,
     sources: Mapping[str, str] | None = None,
+    sample: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Aggregate an answers and a scores table into the summary (summary.json).
 
@@ -77,6 +78,8 @@ def summarize(
         options: k, trim, weights and bounds.
         sources: Where the tables came from (``{"answers": path, "scores":
             path}``), named in error messages.
+        sample: The run's ``sample`` block (``cube_ray.sample.sample_block``),
+            copied into the summary as ``sample``.
 
     Returns:
         A JSON-ready dict (no NaN: undefined figures are None) with the keys
@@ -118,7 +121,8 @@ def summarize(
         >>> out["judges"]["j"]["recall_at_k"]["rag"], out["judges"]["j"]["cube"]["rag"]
         (0.6666666666666666, 41.666666666666664)
     """
-    return _Aggregation(answers, scores, options, sources or {}).run()
+    out = _Aggregation(answers, scores, options, sources or {}).run()
+    return out | ({"sample": dict(sample)} if sample is not None else {})
 
 
 class _Aggregation(_JudgeSeparation):

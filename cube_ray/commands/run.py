@@ -42,6 +42,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="recompute rows whose status is not ok",
     )
+    p.add_argument(
+        "--shrink",
+        action="store_true",
+        help=(
+            "allow a sample: that leaves out documents an earlier run of RUN_DIR "
+            "sampled (smaller size, other seed or strata); their rows are kept "
+            "and left out of the summary"
+        ),
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html/.md")
     p.add_argument(
@@ -82,6 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
         address=args.address,
         call_log=args.call_log,
         retry_failed=args.retry_failed,
+        shrink=args.shrink,
         progress=False if args.no_progress else None,
         report=not args.no_report,
         quiet=not args.verbose,

@@ -53,6 +53,7 @@ from cube_ray.pipeline.method import (
 )
 from cube_ray.pipeline.parts import _TMP_PREFIX, StageStats, _rows_in, part_files
 from cube_ray.pipeline.runner import StageRunner
+from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
@@ -89,6 +90,9 @@ class RunOptions:
     """Progress bars; None uses ``ray.progress`` of the config."""
     report: bool = True
     """Write report.html/report.md when ``cube_ray.report`` is available."""
+    shrink: bool = False
+    """Allow a ``sample:`` that leaves out documents an earlier run of the run
+    dir sampled (their rows stay, left out of the summary)."""
     quiet: bool = False
     """Send vLLM/Ray output (and anything else written to stdout/stderr) to
     ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
@@ -173,7 +177,7 @@ def _atomic_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-class _Driver(StageRunner, Compaction, DataOps, Intake):
+class _Driver(StageRunner, Compaction, DataOps, SampleSelection, Intake):
     """State of one run on the driver: its inputs, stages and engine pools."""
 
     def __init__(self, config: RunConfig, options: RunOptions) -> None:
@@ -244,14 +248,15 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
             parts = [pq.ParquetFile(f).read(columns=columns) for f in files[table]]
             return pa.concat_tables(parts, promote_options="default")
 
+        # Only the sampled documents get questions (all without ``sample:``).
         if name == DOCUMENTS:
-            return read(DOCUMENTS)
+            return self.in_sample(read(DOCUMENTS))
         if name == QUESTIONS:
-            return read(QUESTIONS, _QUESTION_COLS)
+            return self.in_sample(read(QUESTIONS, _QUESTION_COLS))
         docs = read(DOCUMENTS, _DOC_COLS).rename_columns(
             {schema.CONTENT_HASH: DOC_HASH}
         )
-        questions = read(QUESTIONS, _QUESTION_COLS)
+        questions = self.in_sample(read(QUESTIONS, _QUESTION_COLS))
         qdocs = questions.join(docs, schema.DOC_ID, join_type="inner")
         if name == "qdocs":
             return qdocs
@@ -266,9 +271,12 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
     def _source(self, name: str) -> tuple[Dataset, int]:
         """A source table of stage inputs and its row count (Ray Data reads)."""
         if name == DOCUMENTS:
-            return self.read(DOCUMENTS), self.n_docs
+            docs = self.in_sample_ds(self.read(DOCUMENTS))
+            n = self.sample_questions()
+            return docs, self.n_docs if n is None else n
         if name == QUESTIONS:
-            return self.read(QUESTIONS, columns=_QUESTION_COLS), self.n_questions
+            questions = self.in_sample_ds(self.read(QUESTIONS, columns=_QUESTION_COLS))
+            return questions, self.n_questions
         if name == "qdocs":
             return self._qdocs(), self.n_questions
         n_answers = _rows_in(part_files(self.table_dir(ANSWERS)))
@@ -281,7 +289,7 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
 
     def _qdocs(self) -> Dataset:
         """Questions joined with their gold documents' text and hash."""
-        questions = self.read(QUESTIONS, columns=_QUESTION_COLS)
+        questions = self.in_sample_ds(self.read(QUESTIONS, columns=_QUESTION_COLS))
         docs = self.read(DOCUMENTS, columns=_DOC_COLS).rename_columns(
             {schema.CONTENT_HASH: DOC_HASH}
         )
@@ -297,7 +305,8 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
             documents_path=str(self.table_dir(DOCUMENTS)),
         )
         if self.config.questions.source != "file":
-            self.n_questions = self.n_docs
+            n = self.sample_questions()
+            self.n_questions = self.n_docs if n is None else n
         prepared: set[str] = set()
 
         def run_one(step: _Step) -> None:
@@ -411,6 +420,7 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     """Aggregate the written tables into the summary (None if unavailable)."""
     try:
         from cube_ray.aggregate import summarize
+        from cube_ray.sample import in_run_sample
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
         return None
@@ -421,7 +431,8 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
-    summary: dict[str, Any] = summarize(answers, scores, options=options)
+    answers, scores, sample = in_run_sample(run_dir, answers, scores)
+    summary: dict[str, Any] = summarize(answers, scores, options=options, sample=sample)
     return summary
 
 

@@ -50,6 +50,7 @@ from cube_ray.report._render import (
 )
 from cube_ray.report._stats import judge_agreement, pair_stats
 from cube_ray.report._text import bleu, rouge_l
+from cube_ray.sample import describe_sample
 
 __all__ = [
     "NO_VERDICT",
@@ -284,6 +285,9 @@ def console_lines(
             if gap is not None and p is not None and "bounds not separated" in short:
                 short += f" (gap {fmt(gap, 2)} points, p = {fmt(p, 3)})"
             lines.append(f"  left out: {judge}: {short}")
+    sample = describe_sample(run.summary.get("sample"))
+    if sample is not None:
+        lines.append(f"sample: {sample}")
     flags = run.summary.get("flags")
     if isinstance(flags, list) and flags:
         kinds: dict[str, int] = {}
@@ -374,6 +378,9 @@ def _headline(
                 "warn" if run.no_verdict(system) or _left_out(run, system) else "note",
             )
         )
+    sample = describe_sample(run.summary.get("sample"))
+    if sample is not None:  # a planned sample (CUBE_METHOD.md section 11)
+        sec.blocks.append(Para(f"Questions on a sample: {sample}.", "note"))
     sec.blocks.extend(notes)
     recorded = run.summary.get("notes")
     if isinstance(recorded, list):
