@@ -355,11 +355,16 @@ def plan_sample(
 
 
 def _cell(value: Any) -> str:
+    """A table cell: thousands separated, small figures to 3 significant digits.
+
+    >>> _cell(None), _cell(1234567), _cell(11.123), _cell(0.000123), _cell(0.0)
+    ('n/a', '1,234,567', '11.1', '0.000123', '0')
+    """
     if value is None:
         return "n/a"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    return f"{value:,}"
+    if isinstance(value, float) and abs(value) < 1000:
+        return f"{value:.3g}"
+    return f"{value:,.0f}" if isinstance(value, float) else f"{value:,}"
 
 
 def format_costs(cost: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -384,6 +389,13 @@ def format_sample_plan(plan: Mapping[str, Any], *, half_width: float) -> str:
             if judge
             else system
         )
+        if v["half_width_pilot"] is None:
+            lines.append(
+                f"  {what}: pilot {v['n_pilot']} questions, no interval (the "
+                "CuBE is undefined in most resamples: no retrieved questions or "
+                "degenerate bounds); no size can be planned from it"
+            )
+            continue
         lines.append(
             f"  {what}: pilot {v['n_pilot']} questions, half-width "
             f"{_cell(v['half_width_pilot'])} -> {_cell(v['n_required'])} questions"
@@ -393,8 +405,9 @@ def format_sample_plan(plan: Mapping[str, Any], *, half_width: float) -> str:
     lines.append("")
     lines.append(
         "This extrapolates from the pilot: the half-width shrinks as 1/sqrt(n) "
-        "and every question costs what the pilot's cost (tokens per stage, engine "
+        "and every question costs what the pilot's did (tokens per stage, engine "
         "busy seconds per token); the run of the planned size re-measures its "
-        "interval. API cost counts only engines with price_per_mtok."
+        "interval. API cost counts only engines with price_per_mtok; engine- and "
+        "GPU-hours are busy time inside engine calls, not wall time."
     )
     return "\n".join(lines)

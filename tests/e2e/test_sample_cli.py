@@ -10,6 +10,7 @@ grown to 120 keeps every row it had; shrinking is refused without
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,29 @@ SEED = 7
 pytestmark = pytest.mark.skipif(
     not RECORDS.is_file(), reason=f"the shared Guangdong corpus is not at {RECORDS}"
 )
+
+
+def _qa_file(tmp: Path) -> Path:
+    """Answers of a system under test for every record (its question id is the
+    record's: generated questions take their document's id): the gold document
+    retrieved first for two of three, missed for the rest."""
+    path = tmp / "qa.jsonl"
+    if path.exists():
+        return path
+    ids = [json.loads(x)["TASK_CODE"] for x in RECORDS.read_text().splitlines()]
+    rows = [
+        {
+            "question_id": d,
+            "answer": f"请携带材料到窗口办理（{i}）",
+            "retrieved_doc_ids": [d] if i % 3 else [ids[i - 1]],
+        }
+        for i, d in enumerate(ids)
+    ]
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+        encoding="utf-8",
+    )
+    return path
 
 
 def _config(tmp: Path, size: int) -> Path:
@@ -52,7 +76,8 @@ def _config(tmp: Path, size: int) -> Path:
             "j2": {"backend": "fake", "name": "j2", "seed": 2, "pool": pool},
         },
         "systems": [
-            {"name": "rag", "kind": "builtin_rag", "k": 8, "pool": {"num_cpus": 0.25}}
+            {"name": "rag", "kind": "builtin_rag", "k": 8, "pool": {"num_cpus": 0.25}},
+            {"name": "rag@qa", "kind": "qa_file", "path": str(_qa_file(tmp)), "k": 8},
         ],
         "allow_fake_engines": True,
         "ray": {"num_cpus": 4, "progress": False},
@@ -164,14 +189,17 @@ def test_sample_grow_shrink_and_plan(
     assert "extrapolates" in text
     plan = json.loads(plan_path.read_text(encoding="utf-8"))
     assert set(plan) == {"systems", "cost"}
-    assert plan["systems"], plan
-    for key, entry in plan["systems"].items():
-        assert key.split("/")[0] == "rag"
+    assert {k.split("/")[0] for k in plan["systems"]} == {"rag", "rag@qa"}
+    defined = 0
+    for entry in plan["systems"].values():
         assert set(entry) == {"n_pilot", "half_width_pilot", "n_required"}
         assert entry["n_pilot"] == 120
-        if entry["half_width_pilot"] is not None:
-            h0 = entry["half_width_pilot"]
-            assert entry["n_required"] >= 120 * (h0 / 2) ** 2
+        h0 = entry["half_width_pilot"]
+        if h0 is not None:
+            defined += 1
+            exact = 120 * (h0 / 2) ** 2  # h0 is rounded to 4 decimals in the JSON
+            assert exact - 0.01 <= entry["n_required"] <= math.ceil(exact) + 0.01
+    assert defined, plan["systems"]  # rag@qa retrieves: its interval is defined
     assert plan["cost"]["corpus"]["questions"] == n_total
     assert plan["cost"]["pilot"]["questions"] == 120
     for row in plan["cost"].values():
