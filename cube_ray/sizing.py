@@ -400,6 +400,14 @@ def format_sample_plan(plan: Mapping[str, Any], *, half_width: float) -> str:
             f"  {what}: pilot {v['n_pilot']} questions, half-width "
             f"{_cell(v['half_width_pilot'])} -> {_cell(v['n_required'])} questions"
         )
+    required = plan["cost"].get("required")
+    corpus = plan["cost"].get("corpus")
+    if required and corpus and required["questions"] > corpus["questions"]:
+        lines.append(
+            f"  The largest n_required ({required['questions']:,}) exceeds the "
+            f"corpus ({corpus['questions']:,} documents): even the whole corpus "
+            "gives a wider interval than asked."
+        )
     lines.append("")
     lines.extend(format_costs(plan["cost"]))
     lines.append("")
