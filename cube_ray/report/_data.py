@@ -23,6 +23,7 @@ from cube_ray import schema
 from cube_ray.aggregate import AggregateOptions
 from cube_ray.errors import InputError
 from cube_ray.report._cube import WEIGHTED, FixedWeights, k_of
+from cube_ray.sample import in_run_sample
 
 __all__ = ["RunData", "load_run", "read_options", "read_table"]
 
@@ -321,11 +322,16 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
     def table(kind: str) -> pl.DataFrame | None:
         return read_table(root / kind, kind) if tables else None
 
+    answers, scores = table("answers"), table("scores")
+    if answers is not None and scores is not None:
+        # A run shrunk to a smaller sample keeps the other rows; the summary
+        # (and so the report's recomputation) leaves them out.
+        answers, scores, _ = in_run_sample(root, answers, scores)
     run = RunData(
         run_dir=root,
         summary=summary,
-        answers=table("answers"),
-        scores=table("scores"),
+        answers=answers,
+        scores=scores,
         questions=table("questions"),
         documents=table("documents"),
         manifest=manifest,

@@ -180,6 +180,25 @@ def test_sample_grow_shrink_and_plan(
     assert "--shrink" in err
     assert (run_dir / "summary.json").read_text(encoding="utf-8") == before
 
+    # With --shrink: the rows stay, the summary and the report use the 60.
+    assert _run(_config(tmp_path, 60), run_dir, "--shrink") == 0
+    out = capsys.readouterr().out
+    assert "sample: 60 of 2,262 documents" in out
+    assert read_all(run_dir / "answers")["question_id"].n_unique() == 120
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    assert summary["sample"]["size"] == 60
+    assert summary["counts"]["questions"] == 60
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["report_error"] is None
+    assert (run_dir / "report.html").is_file()
+    # Grown back to 120: nothing to do, every row was kept.
+    assert _run(_config(tmp_path, 120), run_dir) == 0
+    capsys.readouterr()
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    written = {k: v["rows_written"] for k, v in manifest["stages"].items()}
+    assert written.pop("documents") == n_total  # read and checked on every run
+    assert set(written.values()) == {0}, written
+
     # The plan from this pilot of 120 questions.
     plan_path = tmp_path / "plan.json"
     code = main(["plan", str(run_dir), "--half-width", "2", "--json", str(plan_path)])
