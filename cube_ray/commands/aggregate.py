@@ -226,12 +226,18 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args, weights)
     answers = read_answers(answers_path)
     scores = read_scores(scores_path)
+    sample = None
+    if args.run_dir:  # a run's planned sample: its questions, and its block
+        from cube_ray.sample import in_run_sample
+
+        answers, scores, sample = in_run_sample(args.run_dir, answers, scores)
     try:
         summary = summarize(
             answers,
             scores,
             options=options,
             sources={"answers": str(answers_path), "scores": str(scores_path)},
+            sample=sample,
         )
     except WeightsError as exc:
         raise InputError(str(exc), path=args.weights, field=exc.key) from None
