@@ -157,3 +157,38 @@ def test_load_strata_maps_questions_of_the_sample(tmp_path: Path) -> None:
     assert set(got["question_id"].to_list()) == {f"q{d}" for d in sampled}
     assert sorted(got["stratum"].to_list()) == ["x", "y"]
     assert load_strata(tmp_path / "nothing") is None
+
+
+def test_dry_run_costs_the_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--dry-run`` with ``sample:`` counts the sample's questions and prices
+    the priced engines (the same columns as ``cube-ray plan``)."""
+    import yaml
+
+    from cube_ray.cli import main
+    from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
+
+    corpus, ids = make_corpus(tmp_path, 40)
+    cfg_path = fake_config(tmp_path, corpus, make_qa_file(tmp_path, ids))
+    cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    cfg["sample"] = {"size": 10, "strata": ["AREA_CODE_TEXT"], "seed": 3}
+    cfg["judges"]["j1"]["price_per_mtok"] = {"prompt": 1.0, "completion": 2.0}
+    cfg_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    assert main(["run", str(cfg_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line}
+    assert rows["questions"][2] == "10"
+    assert rows["scores:j1"][2] == str(3 * 10 * 4)
+    assert rows["size"][1:] == [
+        "questions",
+        "prompt_tokens",
+        "completion_tokens",
+        "engine_hours",
+        "gpu_hours",
+        "api_cost",
+    ]
+    this_run = next(x for x in out.splitlines() if x.startswith("this run")).split()
+    assert this_run[2] == "10"
+    assert this_run[5:7] == ["n/a", "n/a"]  # no pilot: no measured speed
+    assert float(this_run[7]) > 0  # j1 is priced
