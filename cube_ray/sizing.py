@@ -201,7 +201,7 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     tokens = {
         **_tokens(
             answers,
-            pl.when(system.is_in(["zero", "full"]))
+            pl.when(system.is_in([schema.ZERO, schema.FULL]))
             .then(pl.lit("answers:bounds"))
             .otherwise(pl.lit("answers:") + system),
         ),

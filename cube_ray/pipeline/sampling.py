@@ -78,7 +78,7 @@ class SampleSelection:
 
     def collect_strata(self, batch: pa.Table) -> pa.Table:
         """Keep a staged batch's ``doc_id, stratum``; the batch without them."""
-        from cube_ray.sample import stratum_key
+        from cube_ray.sample import STRATUM, stratum_key
 
         sample = self.config.sample
         kept = [c for c in batch.column_names if c.startswith(_FIELD)]
@@ -98,7 +98,7 @@ class SampleSelection:
             pa.table(
                 {
                     schema.DOC_ID: batch.column(schema.DOC_ID),
-                    "stratum": pa.array(strata, pa.string()),
+                    STRATUM: pa.array(strata, pa.string()),
                 }
             )
         )
@@ -117,7 +117,7 @@ class SampleSelection:
         """
         import polars as pl
 
-        from cube_ray.sample import SampleState, sample_block, sample_order
+        from cube_ray.sample import STRATUM, SampleState, sample_block, sample_order
 
         cfg = self.config.sample
         if cfg is None:
@@ -142,7 +142,7 @@ class SampleSelection:
                 corpus_fp, *questions.column(schema.CONTENT_HASH).unique().to_pylist()
             )
         order = sample_order(
-            population[schema.DOC_ID], population["stratum"], seed=cfg.seed
+            population[schema.DOC_ID], population[STRATUM], seed=cfg.seed
         )
         size = min(cfg.size, order.height)
         block = sample_block(order, size=size, seed=cfg.seed, fields=cfg.strata)

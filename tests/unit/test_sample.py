@@ -192,3 +192,26 @@ def test_dry_run_costs_the_sample(
     assert this_run[2] == "10"
     assert this_run[5:7] == ["n/a", "n/a"]  # no pilot: no measured speed
     assert float(this_run[7]) > 0  # j1 is priced
+
+
+def test_unknown_strata_field_is_one_error_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A strata field no record has: exit 2 before Ray starts, nothing written."""
+    import yaml
+
+    from cube_ray.cli import main
+    from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
+
+    corpus, ids = make_corpus(tmp_path, 5)
+    cfg_path = fake_config(tmp_path, corpus, make_qa_file(tmp_path, ids))
+    cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    cfg["sample"] = {"size": 2, "strata": ["AREA_CODE_TEXT", "REGION"]}
+    cfg_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(cfg_path), "--out", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "field 'REGION'" in err
+    assert "sample.strata names ['REGION'], which no record has a value for" in err
+    assert not run_dir.exists()
+    assert [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
