@@ -1,6 +1,8 @@
-"""Pipeline scale: every stage with zero-latency fake engines, records/s, peak RSS.
+r"""Pipeline scale: every stage with zero-latency fake engines, records/s, peak RSS.
 
     python benchmarks/pipeline_scale.py --records 100000 [--records 1000000]
+    python benchmarks/pipeline_scale.py --records 200000 --builtin-rag \
+        --sample-size 2000       # questions for a stratified sample only
 
 Each size runs in a fresh process of its own (a driver that ran a smaller size
 first would carry what that run left behind): a synthetic corpus
@@ -153,9 +155,30 @@ def _by_kind(kinds: dict[str, list[int]]) -> dict[str, list[float]]:
     return {k: [round(m / 2**20, 1), c] for k, (m, c) in ranked}
 
 
-def config(corpus: Path, qa: Path, run_dir: Path) -> dict[str, Any]:
+def config(
+    corpus: Path,
+    qa: Path,
+    run_dir: Path,
+    *,
+    sample_size: int | None = None,
+    builtin_rag: bool = False,
+) -> dict[str, Any]:
     pool = {"min_size": 1, "max_size": 2, "num_cpus": 0.5, "batch_size": 1024}
-    return {
+    systems: list[dict[str, Any]] = [
+        {"name": "rag", "kind": "qa_file", "path": str(qa), "pool": pool}
+    ]
+    if builtin_rag:
+        # The built-in RAG over the whole corpus (its index build is measured).
+        systems.append(
+            {
+                "name": "rag@builtin",
+                "kind": "builtin_rag",
+                "k": 8,
+                "index_workers": 1,
+                "pool": {**pool, "batch_size": 256},
+            }
+        )
+    out: dict[str, Any] = {
         "corpus": {
             "path": str(corpus),
             "id_field": "TASK_CODE",
@@ -173,13 +196,18 @@ def config(corpus: Path, qa: Path, run_dir: Path) -> dict[str, Any]:
                 {"consult_phone": "咨询电话"},
             ],
         },
-        "generator": {"backend": "fake", "name": "gen", "pool": pool},
+        # Fake questions are "<name> says <hash>": a region name makes the
+        # built-in RAG's searches hit the documents of that region.
+        "generator": {"backend": "fake", "name": "广州市", "pool": pool},
         "judges": {"j1": {"backend": "fake", "name": "j1", "pool": pool}},
-        "systems": [{"name": "rag", "kind": "qa_file", "path": str(qa), "pool": pool}],
+        "systems": systems,
         "allow_fake_engines": True,
         "output_dir": str(run_dir),
         "ray": {"num_cpus": 4, "progress": False},
     }
+    if sample_size is not None:
+        out["sample"] = {"size": sample_size, "strata": ["AREA_CODE_TEXT"], "seed": 0}
+    return out
 
 
 def in_fresh_process(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -189,11 +217,18 @@ def in_fresh_process(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return child.submit(fn, *args, **kwargs).result()
 
 
-def run_one(records: int, *, keep: bool) -> dict[str, Any]:
+def run_one(
+    records: int,
+    *,
+    keep: bool,
+    sample_size: int | None = None,
+    builtin_rag: bool = False,
+) -> dict[str, Any]:
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
 
-    base = OUT / f"scale{records}"
+    name = f"scale{records}" + (f"-sample{sample_size}" if sample_size else "")
+    base = OUT / name
     shutil.rmtree(base, ignore_errors=True)
     t0 = time.perf_counter()
     # In a child process: the driver's memory is then the run's alone (writing
@@ -202,7 +237,10 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
     synth_s = time.perf_counter() - t0
     run_dir = base / "run"
     cfg_path = base / "run.yaml"
-    cfg_path.write_text(yaml.safe_dump(config(corpus, qa, run_dir), allow_unicode=True))
+    cfg_dict = config(
+        corpus, qa, run_dir, sample_size=sample_size, builtin_rag=builtin_rag
+    )
+    cfg_path.write_text(yaml.safe_dump(cfg_dict, allow_unicode=True))
     cfg = RunConfig.from_yaml(cfg_path)
     with RssSampler() as sampler:
         t0 = time.perf_counter()
@@ -211,8 +249,14 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
     driver_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     stages = {k: round(v.seconds, 1) for k, v in result.stages.items()}
     rows = sum(v.written for v in result.stages.values())
+    index = sorted((run_dir / "index").glob("bm25-*/meta.json"))
+    meta = json.loads(index[0].read_text()) if index else {}
     out = {
         "records": records,
+        "sample_size": sample_size,
+        "questions": result.stages["answers:bounds"].expected // 2,
+        "index_docs": meta.get("num_docs"),
+        "index_build_seconds": meta.get("build_seconds"),
         "synth_seconds": round(synth_s, 1),
         "wall_seconds": round(wall, 1),
         "records_per_s": round(records / wall, 1),
@@ -237,7 +281,7 @@ def run_one(records: int, *, keep: bool) -> dict[str, Any]:
     if not keep:
         shutil.rmtree(base, ignore_errors=True)
     series = [{"t": t, "kinds": _by_kind(kinds)} for t, kinds in sampler.series]
-    (OUT / f"scale{records}-memory.json").write_text(json.dumps(series))
+    (OUT / f"{name}-memory.json").write_text(json.dumps(series))
     return out
 
 
@@ -245,9 +289,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, action="append", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the run dirs")
+    parser.add_argument(
+        "--sample-size",
+        type=int,
+        help="sample: {size: N, strata: [AREA_CODE_TEXT]} (questions for N records)",
+    )
+    parser.add_argument(
+        "--builtin-rag",
+        action="store_true",
+        help="add the built-in RAG over the whole corpus (its index build timed)",
+    )
     args = parser.parse_args()
     for n in args.records:
-        print(json.dumps(in_fresh_process(run_one, n, keep=args.keep)), flush=True)
+        result = in_fresh_process(
+            run_one,
+            n,
+            keep=args.keep,
+            sample_size=args.sample_size,
+            builtin_rag=args.builtin_rag,
+        )
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

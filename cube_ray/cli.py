@@ -20,6 +20,7 @@ __all__ = ["main"]
 
 COMMANDS: tuple[str, ...] = (
     "run",
+    "plan",
     "check",
     "aggregate",
     "report",

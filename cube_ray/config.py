@@ -33,6 +33,7 @@ from cube_ray._pydantic import StrictModel
 from cube_ray.aggregate._options import AggregateOptions, BoundsOptions
 from cube_ray.credentials import is_credential_key, mask
 from cube_ray.engines.config import (
+    ACCOUNTING_FIELDS,
     CODE_LOADING_ENV,
     EngineConfig,
     FakeEngineConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "QuestionsConfig",
     "RayConfig",
     "RunConfig",
+    "SampleConfig",
     "default_dimensions",
     "engine_fingerprint",
     "read_paths",
@@ -184,6 +186,36 @@ class QuestionsConfig(StrictModel):
             )
             raise ValueError(msg)
         return self
+
+
+class SampleConfig(StrictModel):
+    """A planned sample of the corpus (CUBE_METHOD.md section 11).
+
+    Every record still becomes a document and the built-in RAG indexes all of
+    them; only the sampled documents get a question (with ``questions.source:
+    file``, the sample is drawn from the questions' gold documents). Samples
+    are nested: raising ``size`` on a run dir adds only the new documents'
+    work; lowering it needs ``cube-ray run --shrink``.
+    """
+
+    size: int = Field(ge=1)
+    """Documents in the sample (all of them when the population is smaller)."""
+    strata: list[str] = Field(default_factory=list)
+    """Corpus fields whose distinct value tuples are the strata (a missing or
+    empty value is a stratum of its own, ``(missing)``); each stratum gets its
+    proportional share. Empty: one stratum."""
+    seed: int = 0
+    """Seed of the sample order; a run dir keeps its seed (changing it draws
+    another sample, which needs ``--shrink``)."""
+
+    @field_validator("strata")
+    @classmethod
+    def _unique_strata(cls, value: list[str]) -> list[str]:
+        dupes = sorted({f for f in value if value.count(f) > 1})
+        if dupes or any(not f for f in value):
+            msg = f"sample.strata is {value}; list each corpus field once, non-empty"
+            raise ValueError(msg)
+        return value
 
 
 class DimensionConfig(StrictModel):
@@ -450,6 +482,8 @@ class RunConfig(StrictModel):
     """The corpus of documents."""
     questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
     """The question set."""
+    sample: SampleConfig | None = None
+    """Evaluate a planned sample of the documents instead of all of them."""
     generator: EngineConfig
     """The engine that writes questions and the zero/full answers (and the
     built-in RAG's answers)."""
@@ -1116,6 +1150,8 @@ def engine_fingerprint(config: Any) -> str:
     ``--retry-failed`` redoes only the failed rows.
     """
     present = _TRANSPORT_FIELDS & set(type(config).model_fields)
-    data = config.model_dump(mode="json", exclude={"pool", *present})
+    data = config.model_dump(
+        mode="json", exclude={"pool", *present, *ACCOUNTING_FIELDS}
+    )
     text = json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -16,7 +16,7 @@ import csv
 import difflib
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,7 +285,7 @@ def _id_hash(doc_id: str) -> int:
 
 def _documents_of(
     records: Iterable[tuple[int, dict[str, Any]]], cfg: CorpusConfig
-) -> Iterator[tuple[int, Document]]:
+) -> Iterator[tuple[int, Document, dict[str, Any]]]:
     path = cfg.path
     if cfg.resolved_format == "txt-folder":
         for row, rec in records:
@@ -301,16 +301,25 @@ def _documents_of(
                     text,
                     content_hash(rec["doc_id"], rec["title"], text),
                 ),
+                rec,
             )
         return
     for row, rec in records:
-        yield row, record_to_document(rec, cfg, path=path, row=row)
+        yield row, record_to_document(rec, cfg, path=path, row=row), rec
 
 
 def iter_document_batches(
-    cfg: CorpusConfig, *, batch_rows: int = 2048, limit: int | None = None
+    cfg: CorpusConfig,
+    *,
+    batch_rows: int = 2048,
+    limit: int | None = None,
+    keep_fields: Sequence[str] = (),
 ) -> Iterator[pa.Table]:
     """Stream the corpus as Arrow tables with the documents schema.
+
+    ``keep_fields``: record fields added as string columns ``field:<name>``
+    after the documents' columns (the value as document text would show it;
+    null when missing or empty), e.g. the strata of a sample.
 
     Duplicate ids are detected after the last batch (hash sort), so a caller
     that writes batches must write them to a staging place and publish them
@@ -321,20 +330,23 @@ def iter_document_batches(
     """
     hashes: list[np.ndarray[Any, np.dtype[np.uint64]]] = []
     buf: list[Document] = []
+    kept: list[list[str | None]] = []
     n = 0
     columns = _ColumnCheck(cfg)
-    for _, doc in _documents_of(columns.watch(iter_records(cfg)), cfg):
+    for _, doc, rec in _documents_of(columns.watch(iter_records(cfg)), cfg):
         if limit is not None and n >= limit:
             break
         buf.append(doc)
+        if keep_fields:
+            kept.append([_value_text(rec.get(f), cfg) for f in keep_fields])
         n += 1
         if len(buf) >= batch_rows:
             hashes.append(np.fromiter((_id_hash(d.doc_id) for d in buf), np.uint64))
-            yield _to_table(buf)
-            buf = []
+            yield _with_kept(_to_table(buf), keep_fields, kept)
+            buf, kept = [], []
     if buf:
         hashes.append(np.fromiter((_id_hash(d.doc_id) for d in buf), np.uint64))
-        yield _to_table(buf)
+        yield _with_kept(_to_table(buf), keep_fields, kept)
     if n == 0:
         msg = "the corpus holds no records; check corpus.path and corpus.format"
         raise InputError(msg, path=cfg.path)
@@ -392,7 +404,7 @@ class _ColumnCheck:
 def _raise_duplicate(cfg: CorpusConfig, limit: int | None) -> None:
     """Second pass, only when a hash collided: name the rows of a duplicate id."""
     seen: dict[str, int] = {}
-    for i, (row, doc) in enumerate(_documents_of(iter_records(cfg), cfg)):
+    for i, (row, doc, _) in enumerate(_documents_of(iter_records(cfg), cfg)):
         if limit is not None and i >= limit:
             break
         if doc.doc_id in seen:
@@ -408,6 +420,15 @@ def _raise_duplicate(cfg: CorpusConfig, limit: int | None) -> None:
             )
             raise InputError(msg, path=cfg.path, row=row, field=cfg.id_field)
         seen[doc.doc_id] = row
+
+
+def _with_kept(
+    table: pa.Table, fields: Sequence[str], kept: list[list[str | None]]
+) -> pa.Table:
+    for i, name in enumerate(fields):
+        values = pa.array([row[i] for row in kept], pa.string())
+        table = table.append_column(f"field:{name}", values)
+    return table
 
 
 def _to_table(docs: list[Document]) -> pa.Table:

@@ -31,6 +31,7 @@ __all__ = [
     "format_env_uses",
     "format_file_uses",
     "format_plan",
+    "plan_cost",
     "plan_run",
 ]
 
@@ -59,6 +60,11 @@ class PlanRow:
     prompt_tokens: int
     unique_prefix_tokens: int | None = None
     """Prompt tokens left after sharing the prefix across dimensions."""
+    completion_tokens: int = 0
+    """Estimated completion tokens (questions ~30, answers ~min(max_tokens,
+    256), a judge's score ~1 per call)."""
+    price: tuple[float, float] | None = None
+    """The engine's ``price_per_mtok`` (prompt, completion), if set."""
 
 
 def _tpl_tokens(name: str) -> int:
@@ -67,6 +73,11 @@ def _tpl_tokens(name: str) -> int:
     except (OSError, FileNotFoundError) as exc:
         msg = f"prompt template {name!r} not found ({exc})"
         raise ConfigError(msg) from exc
+
+
+def _price(cfg: object) -> tuple[float, float] | None:
+    price = getattr(cfg, "price_per_mtok", None)
+    return None if price is None else (price.prompt, price.completion)
 
 
 def _engine_name(cfg: object) -> str:
@@ -87,8 +98,13 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
         for text in batch.column("text").to_pylist():
             doc_tokens += estimate_tokens(text)
         n_docs += batch.num_rows
+    if config.sample is not None:  # only the sampled documents get questions
+        share = min(config.sample.size, n_docs) / max(n_docs, 1)
+        doc_tokens = round(doc_tokens * share)
+        n_docs = min(config.sample.size, n_docs)
     mean_doc = doc_tokens / max(n_docs, 1)
     gen = _engine_name(config.generator)
+    gen_price = _price(config.generator)
     rows: list[PlanRow] = []
     if config.questions.source == "generate":
         n_q = n_docs
@@ -96,6 +112,9 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
         gold_tokens = doc_tokens
     else:
         n_q, q_tokens = _question_file(config, limit)
+        if config.sample is not None:  # the sample's gold documents' questions
+            share = min(1.0, config.sample.size / max(_gold_docs(config, limit), 1))
+            n_q, q_tokens = round(n_q * share), round(q_tokens * share)
         rows.append(PlanRow("questions (file)", "-", 0, 0))
         gold_tokens = int(mean_doc * n_q)
     answer_tpl = _tpl_tokens(config.prompts.answer)
@@ -113,11 +132,18 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     for spec in stage_graph(config):
         if spec.stage_cls is QuestionStage:
             tokens = n_q * _tpl_tokens(config.prompts.question) + doc_tokens
-            rows.append(PlanRow(spec.label, gen, n_q, tokens))
+            rows.append(
+                PlanRow(spec.label, gen, n_q, tokens, None, q_tokens, gen_price)
+            )
         elif spec.stage_cls is AnswerStage:
             zero = n_q * answer_tpl + q_tokens
-            rows.append(PlanRow("answers:zero", gen, n_q, zero))
-            rows.append(PlanRow("answers:full", gen, n_q, zero + gold_tokens))
+            out = n_q * answer_len
+            rows.append(PlanRow("answers:zero", gen, n_q, zero, None, out, gen_price))
+            rows.append(
+                PlanRow(
+                    "answers:full", gen, n_q, zero + gold_tokens, None, out, gen_price
+                )
+            )
         elif spec.stage_cls is SystemStage:
             system = spec.extra["system"]
             counts = system_kind(system).plan(
@@ -127,7 +153,17 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                 doc_tokens=mean_doc,
             )
             engine = gen if spec.engines else counts.engine
-            rows.append(PlanRow(spec.label, engine, counts.calls, counts.prompt_tokens))
+            rows.append(
+                PlanRow(
+                    spec.label,
+                    engine,
+                    counts.calls,
+                    counts.prompt_tokens,
+                    None,
+                    counts.calls * answer_len if spec.engines else 0,
+                    gen_price if spec.engines else None,
+                )
+            )
         else:  # a judge
             engine = spec.stage_kwargs["engine"]
             calls = n_answers * len(rubrics)
@@ -137,8 +173,56 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
             total = shared * len(rubrics) + n_answers * rubric_tokens
             unique = shared + n_answers * rubric_tokens
             name = _engine_name(engine)
-            rows.append(PlanRow(spec.label, name, calls, total, unique))
+            rows.append(
+                PlanRow(spec.label, name, calls, total, unique, calls, _price(engine))
+            )
     return rows
+
+
+def _gold_docs(config: RunConfig, limit: int | None) -> int:
+    """Distinct gold documents of the question file (the sample's population)."""
+    from cube_ray.systems import load_question_file
+
+    q = config.questions
+    assert q.path is not None
+    frame = load_question_file(
+        q.path,
+        question_field=q.question_field,
+        doc_id_field=q.doc_id_field,
+        id_field=q.question_id_field,
+        reference_answer_field=q.reference_answer_field,
+    )
+    if limit is not None:
+        frame = frame.head(limit)
+    return int(frame["doc_id"].n_unique())
+
+
+def plan_cost(rows: list[PlanRow], *, questions: int) -> dict[str, Any]:
+    """The dry run's cost columns (those of ``cube-ray plan``) from estimates.
+
+    Engine- and GPU-hours need an engine speed, which only a pilot measures:
+    they are None here.
+
+    >>> r = PlanRow("scores:j", "e", 10, 2_000_000, None, 10, (1.0, 2.0))
+    >>> plan_cost([r], questions=5)["api_cost"]
+    2.00002
+    """
+    priced = [r for r in rows if r.price is not None]
+    cost = None
+    if priced:
+        cost = sum(
+            (r.prompt_tokens * r.price[0] + r.completion_tokens * r.price[1]) / 1e6
+            for r in priced
+            if r.price is not None
+        )
+    return {
+        "questions": questions,
+        "prompt_tokens": sum(r.prompt_tokens for r in rows),
+        "completion_tokens": sum(r.completion_tokens for r in rows),
+        "engine_hours": None,
+        "gpu_hours": None,
+        "api_cost": None if cost is None else round(cost, 6),
+    }
 
 
 def _question_file(config: RunConfig, limit: int | None) -> tuple[int, int]:
@@ -180,6 +264,16 @@ def format_plan(rows: list[PlanRow]) -> str:
         "Token counts are estimates (1 per CJK character, 1 per 4 other characters; "
         "questions ~30, answers ~min(max_tokens, 256) tokens). No engine was started."
     )
+    if rows:
+        from cube_ray.sizing import format_costs
+
+        questions = max(r.calls for r in rows if r.stage.startswith("answers:"))
+        lines.append("")
+        lines.extend(format_costs({"this run": plan_cost(rows, questions=questions)}))
+        lines.append(
+            "Engine- and GPU-hours need an engine's measured speed: run a pilot "
+            "(a small sample:) and `cube-ray plan RUN_DIR --half-width H`."
+        )
     return "\n".join(lines)
 
 

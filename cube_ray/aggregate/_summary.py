@@ -36,6 +36,7 @@ from cube_ray.aggregate._model import (
     NO_JUDGE_SEPARATES,
     NO_RETRIEVED_QUESTIONS,
     SCHEMA_VERSION,
+    Sample,
     Summary,
 )
 from cube_ray.aggregate._options import AggregateOptions
@@ -84,6 +85,7 @@ def summarize(
     *,
     options: AggregateOptions,
     sources: Mapping[str, str] | None = None,
+    sample: Mapping[str, Any] | None = None,
 ) -> Summary:
     """Aggregate an answers and a scores table into the summary (summary.json).
 
@@ -101,6 +103,8 @@ def summarize(
         options: k, trim, weights and bounds.
         sources: Where the tables came from (``{"answers": path, "scores":
             path}``), named in error messages.
+        sample: The run's ``sample`` block (``cube_ray.sample.sample_block``),
+            copied into the summary as ``sample``.
 
     Returns:
         The typed summary (undefined figures are None): ``judges.<judge>.
@@ -143,7 +147,10 @@ def summarize(
         >>> out.judges["j"].recall_at_k["rag"], out.judges["j"].cube["rag"]
         (0.6666666666666666, 41.666666666666664)
     """
-    return _Aggregation(answers, scores, options, sources or {}).run()
+    out = _Aggregation(answers, scores, options, sources or {}).run()
+    if sample is None:
+        return out
+    return out.model_copy(update={"sample": Sample.model_validate(dict(sample))})
 
 
 class _Aggregation(_JudgeSeparation):

@@ -240,12 +240,19 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args, weights)
     answers = read_answers(answers_path)
     scores = read_scores(scores_path)
+    sample = strata = None
+    if args.run_dir:  # a run's planned sample: its questions, and its block
+        from cube_ray.sample import in_run_sample, load_strata
+
+        answers, scores, sample = in_run_sample(args.run_dir, answers, scores)
+        strata = load_strata(args.run_dir)  # the bootstrap follows the design
     try:
         summary = summarize(
             answers,
             scores,
             options=options,
             sources={"answers": str(answers_path), "scores": str(scores_path)},
+            sample=sample,
         )
     except WeightsError as exc:
         raise InputError(str(exc), path=_weights_source(args), field=exc.key) from None
@@ -262,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         n_resamples=args.resamples,
         seed=args.seed,
         method=args.interval,
+        strata=strata,
     )
     if out == "-":
         sys.stdout.write(summary.to_json())

@@ -51,6 +51,15 @@ def register(subparsers: Any) -> None:
             "corpus is refused"
         ),
     )
+    p.add_argument(
+        "--shrink",
+        action="store_true",
+        help=(
+            "allow a sample: that leaves out documents an earlier run of RUN_DIR "
+            "sampled (smaller size, other seed or strata); their rows are kept "
+            "and left out of the summary"
+        ),
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html/.md")
     p.add_argument(
@@ -104,6 +113,7 @@ def run_command(args: argparse.Namespace) -> int:
         call_log=args.call_log,
         retry_failed=args.retry_failed,
         update=args.update,
+        shrink=args.shrink,
         progress=False if args.no_progress else None,
         report=not args.no_report,
         quiet=not args.verbose,

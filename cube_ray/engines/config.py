@@ -17,6 +17,7 @@ from cube_ray._pydantic import StrictModel
 from cube_ray.credentials import literal_credential, literal_in_url
 
 __all__ = [
+    "ACCOUNTING_FIELDS",
     "CODE_LOADING_ENV",
     "CODE_LOADING_KWARGS",
     "SAFE_KWARG_VALUES",
@@ -27,6 +28,7 @@ __all__ = [
     "JudgeConfig",
     "OpenAIHttpEngineConfig",
     "PoolConfig",
+    "PriceConfig",
     "ReferenceJudgeConfig",
     "SamplingConfig",
     "VllmEngineConfig",
@@ -245,6 +247,20 @@ class SamplingConfig(StrictModel):
     """Stop strings."""
 
 
+class PriceConfig(StrictModel):
+    """What an API engine charges, in currency units per million tokens."""
+
+    prompt: float = Field(ge=0)
+    """Price of a million prompt (input) tokens."""
+    completion: float = Field(ge=0)
+    """Price of a million completion (output) tokens."""
+
+
+ACCOUNTING_FIELDS = frozenset({"price_per_mtok"})
+"""Engine settings that change neither the engine nor its outputs: left out of
+the engine's fingerprint and identity."""
+
+
 class _EngineBase(StrictModel):
     prompt_format: Literal["auto", "chat", "completion"] = "auto"
     """``chat`` applies the model's chat template; ``completion`` sends the prompt
@@ -262,6 +278,9 @@ class _EngineBase(StrictModel):
     """Sampling settings for generation."""
     pool: PoolConfig = PoolConfig()
     """Actor pool settings."""
+    price_per_mtok: PriceConfig | None = None
+    """Its price (e.g. ``{prompt: 0.5, completion: 1.5}``), for the API cost
+    that ``cube-ray plan`` and ``--dry-run`` estimate; None: not priced."""
 
 
 class VllmEngineConfig(_EngineBase):

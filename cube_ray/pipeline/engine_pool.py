@@ -42,6 +42,7 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
+from cube_ray.engines.config import ACCOUNTING_FIELDS
 from cube_ray.pipeline import heap
 
 __all__ = [
@@ -75,7 +76,8 @@ def engine_id(config: Any) -> str:
     >>> engine_id(a).split("-")[0]
     'fake:m'
     """  # noqa: E501
-    data = config.model_dump(mode="json", exclude=set(PER_REQUEST))
+    skip = {*PER_REQUEST, *ACCOUNTING_FIELDS}
+    data = config.model_dump(mode="json", exclude=skip)
     pool = data.get("pool") or {}
     data["pool"] = {k: v for k, v in pool.items() if k not in PER_REQUEST_POOL}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

@@ -54,6 +54,10 @@ class Intake:
     n_questions: int
 
     table_dir: Callable[[str], Path]
+    collect_strata: Callable[[pa.Table], pa.Table]
+    draw_sample: Callable[[str, pa.Table | None], None]
+    write_sample_dir: Callable[[], None]
+    sample_questions: Callable[[], int | None]
 
     def stage_documents(self) -> tuple[Path, str, pa.Table | None]:
         """Validate the corpus (and question file) into a staging folder.
@@ -76,11 +80,13 @@ class Intake:
             max_rows=self.config.ray.write_rows,
         )
         try:
-            for batch in iter_document_batches(
+            for read in iter_document_batches(
                 cfg.corpus,
                 batch_rows=cfg.ray.read_batch_size,
                 limit=self.options.limit,
+                keep_fields=cfg.sample.strata if cfg.sample else (),
             ):
+                batch = self.collect_strata(read)  # strata kept for the sample
                 for ch in batch.column(schema.CONTENT_HASH).to_pylist():
                     h.update(ch.encode())
                 writer.write(batch)
@@ -92,6 +98,7 @@ class Intake:
                 if cfg.questions.source == "file"
                 else None
             )
+            self.draw_sample(fingerprint, questions)
             self._check_qa_files()
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -116,8 +123,12 @@ class Intake:
             for kept in target.glob(f"*{CORRUPT_SUFFIX}*"):  # set aside: keep it
                 kept.replace(staging / kept.name)
             _swap_dir(staging, target)
+        self.write_sample_dir()
         if questions is not None:
             self._write_question_file(questions)
+        n_sampled = self.sample_questions()
+        if n_sampled is not None:  # only the sample's questions are asked
+            self.n_questions = n_sampled
         return fingerprint
 
     def _old_manifest(self) -> dict[str, Any]:

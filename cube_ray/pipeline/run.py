@@ -67,6 +67,7 @@ from cube_ray.pipeline.parts import (
 )
 from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
 from cube_ray.pipeline.runner import StageRunner
+from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
@@ -109,6 +110,9 @@ class RunOptions:
     """Let a changed config or corpus update the run dir in place (changed
     rows recomputed); without it such a run is refused
     (``cube_ray.pipeline.ownership``)."""
+    shrink: bool = False
+    """Allow a ``sample:`` that leaves out documents an earlier run of the run
+    dir sampled (their rows stay, left out of the summary)."""
     quiet: bool = False
     """Send vLLM/Ray output (and anything else written to stdout/stderr) to
     ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
@@ -200,7 +204,7 @@ def _atomic_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-class _Driver(StageRunner, Compaction, DataOps, Intake):
+class _Driver(StageRunner, Compaction, DataOps, SampleSelection, Intake):
     """State of one run on the driver: its inputs, stages and engine pools."""
 
     def __init__(self, config: RunConfig, options: RunOptions) -> None:
@@ -271,14 +275,15 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
             parts = [pq.ParquetFile(f).read(columns=columns) for f in files[table]]
             return pa.concat_tables(parts, promote_options="default")
 
+        # Only the sampled documents get questions (all without ``sample:``).
         if name == DOCUMENTS:
-            return read(DOCUMENTS)
+            return self.in_sample(read(DOCUMENTS))
         if name == QUESTIONS:
-            return read(QUESTIONS, _QUESTION_COLS)
+            return self.in_sample(read(QUESTIONS, _QUESTION_COLS))
         docs = read(DOCUMENTS, _DOC_COLS).rename_columns(
             {schema.CONTENT_HASH: DOC_HASH}
         )
-        questions = read(QUESTIONS, _QUESTION_COLS)
+        questions = self.in_sample(read(QUESTIONS, _QUESTION_COLS))
         qdocs = questions.join(docs, schema.DOC_ID, join_type="inner")
         if name == "qdocs":
             return qdocs
@@ -293,9 +298,12 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
     def _source(self, name: str) -> tuple[Dataset, int]:
         """A source table of stage inputs and its row count (Ray Data reads)."""
         if name == DOCUMENTS:
-            return self.read(DOCUMENTS), self.n_docs
+            docs = self.in_sample_ds(self.read(DOCUMENTS))
+            n = self.sample_questions()
+            return docs, self.n_docs if n is None else n
         if name == QUESTIONS:
-            return self.read(QUESTIONS, columns=_QUESTION_COLS), self.n_questions
+            questions = self.in_sample_ds(self.read(QUESTIONS, columns=_QUESTION_COLS))
+            return questions, self.n_questions
         if name == "qdocs":
             return self._qdocs(), self.n_questions
         n_answers = _rows_in(part_files(self.table_dir(ANSWERS)))
@@ -308,7 +316,7 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
 
     def _qdocs(self) -> Dataset:
         """Questions joined with their gold documents' text and hash."""
-        questions = self.read(QUESTIONS, columns=_QUESTION_COLS)
+        questions = self.in_sample_ds(self.read(QUESTIONS, columns=_QUESTION_COLS))
         docs = self.read(DOCUMENTS, columns=_DOC_COLS).rename_columns(
             {schema.CONTENT_HASH: DOC_HASH}
         )
@@ -324,7 +332,8 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
             documents_path=str(self.table_dir(DOCUMENTS)),
         )
         if self.config.questions.source != "file":
-            self.n_questions = self.n_docs
+            n = self.sample_questions()
+            self.n_questions = self.n_docs if n is None else n
         prepared: set[str] = set()
 
         def run_one(step: _Step) -> None:
@@ -456,6 +465,7 @@ def summarize_run(
     """
     try:
         from cube_ray.aggregate import summarize, with_intervals
+        from cube_ray.sample import in_run_sample, load_strata
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
         return None
@@ -467,8 +477,12 @@ def summarize_run(
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
     answers, scores = current_rows(config, run_dir, answers, scores)
-    summary = summarize(answers, scores, options=options)
-    return with_intervals(summary, answers, scores) if intervals else summary
+    answers, scores, sample = in_run_sample(run_dir, answers, scores)
+    summary = summarize(answers, scores, options=options, sample=sample)
+    if not intervals:
+        return summary
+    # Intervals follow the design (section 11): within strata for a sample.
+    return with_intervals(summary, answers, scores, strata=load_strata(run_dir))
 
 
 def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) -> Any:

@@ -30,6 +30,7 @@ from cube_ray.aggregate import (
     k_of,
 )
 from cube_ray.errors import InputError
+from cube_ray.sample import in_run_sample
 
 __all__ = ["RunData", "load_run", "num", "read_table"]
 
@@ -258,11 +259,16 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
     def table(kind: str) -> pl.DataFrame | None:
         return read_table(root / kind, kind) if tables else None
 
+    answers, scores = table("answers"), table("scores")
+    if answers is not None and scores is not None:
+        # A run shrunk to a smaller sample keeps the other rows; the summary
+        # (and so the report's recomputation) leaves them out.
+        answers, scores, _ = in_run_sample(root, answers, scores)
     return RunData(
         run_dir=root,
         summary=summary,
-        answers=table("answers"),
-        scores=table("scores"),
+        answers=answers,
+        scores=scores,
         questions=table("questions"),
         documents=table("documents"),
         manifest=manifest,

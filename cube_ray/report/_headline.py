@@ -14,6 +14,7 @@ from cube_ray.report._format import (
     short_reason,
 )
 from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
+from cube_ray.sample import describe_sample
 
 __all__ = ["console_lines", "headline_section"]
 
@@ -81,6 +82,9 @@ def console_lines(run: RunData) -> list[str]:
         failed = system in incomplete_reasons(run.summary)
         for judge, reason, why in [] if failed else left_out(run, system):
             lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
+    sample = _sample_text(run)
+    if sample is not None:
+        lines.append(f"sample: {sample}")
     if run.summary.flags:
         kinds: dict[str, int] = {}
         for flag in run.summary.flags:
@@ -168,6 +172,9 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 "warn" if run.no_verdict(system) or left_out(run, system) else "note",
             )
         )
+    sample = _sample_text(run)
+    if sample is not None:  # a planned sample (CUBE_METHOD.md section 11)
+        sec.blocks.append(Para(f"Questions on a sample: {sample}.", "note"))
     sec.blocks.extend(notes)
     sec.blocks.extend(
         Para("Aggregation note: " + note, "note") for note in run.summary.notes
@@ -241,3 +248,9 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
         )
     )
     return sec
+
+
+def _sample_text(run: RunData) -> str | None:
+    """The sample in words ("60 of 2,262 documents, …"); None without one."""
+    block = run.summary.sample
+    return describe_sample(block.model_dump(mode="json") if block else None)

@@ -39,6 +39,7 @@ from cube_ray.report._sections import (
     retrieval_section,
     variants_section,
 )
+from cube_ray.sample import load_strata
 
 __all__ = ["ReportPaths", "build_sections", "resolve_intervals", "write_report"]
 
@@ -98,6 +99,7 @@ def resolve_intervals(
         n_resamples=want_b,
         seed=want_seed,
         method=want_method,
+        strata=load_strata(run.run_dir),  # section 11: within strata
     )
 
 

@@ -1,0 +1,75 @@
+"""``cube-ray plan RUN_DIR --half-width H``: sample size and cost from a pilot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``plan`` subcommand."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "plan",
+        help="sample size for a target interval, and its cost, from a pilot run",
+        description=(
+            "From a pilot run (RUN_DIR): per system, the questions needed for a "
+            "95% bootstrap half-width H of the headline CuBE, n = ceil(n0 * "
+            "(h0 / H)^2), and the tokens, engine-hours, GPU-hours and API cost of "
+            "a run of that size and of the whole corpus, at what the pilot "
+            "measured per question. It extrapolates: the run of the planned size "
+            "re-measures its interval (CUBE_METHOD.md section 11)."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the pilot's run directory")
+    p.add_argument(
+        "--half-width",
+        type=float,
+        required=True,
+        metavar="H",
+        help="target 95%% half-width of the CuBE, in CuBE points (e.g. 2)",
+    )
+    p.add_argument(
+        "--corpus-size",
+        type=int,
+        metavar="N",
+        help="documents of the whole corpus (default: the sample's population)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="CONFIG",
+        help=(
+            "run config giving engine prices (price_per_mtok) and GPUs; default: "
+            "the config recorded in RUN_DIR/manifest.json"
+        ),
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan from the pilot; print the plan (and write ``--json``)."""
+    from cube_ray.errors import ConfigError
+    from cube_ray.sizing import format_sample_plan, plan_sample
+
+    if not args.half_width > 0:
+        msg = f"--half-width must be > 0 CuBE points, got {args.half_width}"
+        raise ConfigError(msg)
+    if args.corpus_size is not None and args.corpus_size < 1:
+        msg = f"--corpus-size must be >= 1, got {args.corpus_size}"
+        raise ConfigError(msg)
+    plan = plan_sample(
+        args.run_dir,
+        half_width=args.half_width,
+        corpus_size=args.corpus_size,
+        config_path=args.config,
+    )
+    print(format_sample_plan(plan, half_width=args.half_width))
+    if args.json:
+        path = Path(args.json)
+        path.write_text(json.dumps(plan, indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {path}")
+    return 0
