@@ -43,6 +43,11 @@ from cube_ray.aggregate._parts import (
     _require,
 )
 from cube_ray.aggregate._parts_weights import _JudgeSeparation
+from cube_ray.aggregate._qualification import (
+    UNQUALIFIED,
+    QualificationInput,
+    qualify,
+)
 
 __all__ = [
     "DEGENERATE",
@@ -60,6 +65,7 @@ def summarize(
     *,
     options: AggregateOptions,
     sources: Mapping[str, str] | None = None,
+    qualification: QualificationInput | None = None,
 ) -> dict[str, Any]:
     """Aggregate an answers and a scores table into the summary (summary.json).
 
@@ -77,6 +83,11 @@ def summarize(
         options: k, trim, weights and bounds.
         sources: Where the tables came from (``{"answers": path, "scores":
             path}``), named in error messages.
+        qualification: The run's faulted answers and their scores (CUBE_METHOD.md
+            section 12): adds ``judges.<judge>.qualification``, the "misses
+            faults" flags, and with ``require_qualification`` leaves judges
+            that miss an expected kind on the weighted total out of
+            ``across_judges``.
 
     Returns:
         A JSON-ready dict (no NaN: undefined figures are None) with the keys
@@ -118,7 +129,7 @@ def summarize(
         >>> out["judges"]["j"]["recall_at_k"]["rag"], out["judges"]["j"]["cube"]["rag"]
         (0.6666666666666666, 41.666666666666664)
     """
-    return _Aggregation(answers, scores, options, sources or {}).run()
+    return _Aggregation(answers, scores, options, sources or {}, qualification).run()
 
 
 class _Aggregation(_JudgeSeparation):
@@ -128,7 +139,9 @@ class _Aggregation(_JudgeSeparation):
         scores: pl.DataFrame,
         options: AggregateOptions,
         sources: Mapping[str, str],
+        qualification: QualificationInput | None = None,
     ) -> None:
+        self.qualification = qualification
         self.a_src = sources.get("answers", "answers table")
         self.s_src = sources.get("scores", "scores table")
         _require(answers, _ANSWER_COLUMNS, "answers", self.a_src)
@@ -214,6 +227,13 @@ class _Aggregation(_JudgeSeparation):
         )
         separation = self._separation(weights, wide)
         used = self._used_judges(separation)
+        qual = self._qualify()
+        separated_judges = used
+        if qual is not None and self.options.require_qualification:
+            used = {
+                s: [j for j in js if j not in qual.unqualified]
+                for s, js in used.items()
+            }
         used_pairs = pl.DataFrame(
             [(s, j) for s, judges in used.items() for j in judges],
             schema={schema.SYSTEM: pl.String, schema.JUDGE: pl.String},
@@ -224,7 +244,7 @@ class _Aggregation(_JudgeSeparation):
             by=[schema.SYSTEM, _FIGURE],
             value="normalized",
         )
-        return self._assemble(
+        summary = self._assemble(
             weights,
             trimmed,
             figures,
@@ -235,6 +255,29 @@ class _Aggregation(_JudgeSeparation):
             separation=separation,
             used=used,
         )
+        if qual is not None:  # CUBE_METHOD.md section 12
+            for j, block in qual.block.items():
+                summary["judges"][j]["qualification"] = block
+            for s, across in summary["across_judges"].items():
+                for j in set(across["excluded"]) & qual.unqualified:
+                    if j in separated_judges[s]:  # left out for its faults only
+                        across["excluded"][j] = UNQUALIFIED
+        return summary
+
+    def _qualify(self) -> Any:
+        """The qualification block and its flags (None without qualification)."""
+        if self.qualification is None:
+            return None
+        qual = qualify(
+            self.scores,
+            self.qualification,
+            judges=self.judges,
+            dimensions=self.dimensions,
+            weights=self.options.weights,
+            alpha=self.options.alpha,
+        )
+        self.flags.extend(qual.flags)
+        return qual
 
     def _assemble(
         self,

@@ -45,6 +45,9 @@ from cube_ray.pipeline.intake import Intake
 from cube_ray.pipeline.method import (
     ANSWERS,
     DOCUMENTS,
+    FAULTS,
+    QUALIFICATION,
+    QUALIFICATION_TABLES,
     QUESTIONS,
     SCORES,
     TABLES,
@@ -52,6 +55,11 @@ from cube_ray.pipeline.method import (
     stage_graph,
 )
 from cube_ray.pipeline.parts import _TMP_PREFIX, StageStats, _rows_in, part_files
+from cube_ray.pipeline.qualify import (
+    faults_source,
+    qualification_input,
+    qualification_source,
+)
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
@@ -167,6 +175,11 @@ class _Step:
         return after
 
 
+_SAMPLE_SOURCES = {FAULTS: faults_source, QUALIFICATION: qualification_source}
+"""Sources of the qualification stages (CUBE_METHOD.md section 12), always read
+on the driver: a few hundred rows whatever the run's size."""
+
+
 def _atomic_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
@@ -210,7 +223,10 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         question, answers and scores are in the same wave.
         """
         column = schema.DOC_ID if name == DOCUMENTS else schema.QUESTION_ID
-        table = self._source_on_driver(name)
+        small = _SAMPLE_SOURCES.get(name)  # the qualification sample: filtered reads
+        table = (
+            small(self.run_dir, self.config) if small else self._source_on_driver(name)
+        )
         if table is not None:
             if waves > 1:
                 table = rows_in_wave(table, column=column, wave=wave, waves=waves)
@@ -421,7 +437,12 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
-    summary: dict[str, Any] = summarize(answers, scores, options=options)
+    summary: dict[str, Any] = summarize(
+        answers,
+        scores,
+        options=options,
+        qualification=qualification_input(run_dir, config),
+    )
     return summary
 
 
@@ -538,7 +559,10 @@ def _run_stages(
             "status": "complete",
             "finished": _utc(),
             "stages": {k: v.as_dict() for k, v in driver.stats.items()},
-            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
+            "rows": {
+                t: _rows_in(part_files(run_dir / t))
+                for t in TABLES + (QUALIFICATION_TABLES if config.qualification else ())
+            },
             "failures": _failures(driver.stats),
             "summary": "summary.json" if summary_path else None,
             "report_error": None,

@@ -14,7 +14,7 @@ import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal, get_args
 
 from cube_ray.qualification._document import (
     SENTENCE_END,
@@ -34,6 +34,7 @@ __all__ = [
     "KINDS",
     "Fault",
     "FaultFn",
+    "FaultKind",
     "Span",
     "entity_fault",
     "fault_rng",
@@ -619,6 +620,9 @@ def unsupported_fault(
 
 # --- the registry -------------------------------------------------------------
 
+FaultKind = Literal["number", "entity", "negation", "omission", "unsupported"]
+"""A fault kind's name (config ``qualification.kinds``, ``dimensions[].detects``)."""
+
 FAULT_KINDS: Final[dict[str, FaultFn]] = {
     "number": number_fault,
     "entity": entity_fault,
@@ -627,8 +631,9 @@ FAULT_KINDS: Final[dict[str, FaultFn]] = {
     "unsupported": unsupported_fault,
 }
 """Each fault kind of CUBE_METHOD.md section 12 and its function."""
-KINDS: Final = tuple(FAULT_KINDS)
+KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
 """The fault kinds in their canonical order."""
+assert set(KINDS) == set(FAULT_KINDS)
 
 
 def make_fault(

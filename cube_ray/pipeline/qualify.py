@@ -1,0 +1,166 @@
+"""The qualification's sources, read on the driver (CUBE_METHOD.md section 12).
+
+The qualification sample is small (``qualification.questions`` questions,
+default 50): its full-bound answers, gold documents and faulted answers are
+read from the run's Parquet part files with filters (only those rows), never
+the whole tables. The sample: the first questions in the seeded order of
+section 11 (``sha256(f"{seed}:{doc_id}")``), so growing ``questions`` keeps
+every fault already built and scored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from cube_ray import schema
+from cube_ray.config import RunConfig
+from cube_ray.pipeline.method import (
+    ANSWERS,
+    DOCUMENTS,
+    QUALIFICATION,
+    QUALIFICATION_SCORES,
+    QUESTIONS,
+)
+from cube_ray.pipeline.parts import part_files
+from cube_ray.qualification import seeded_sample
+from cube_ray.qualification._table import FAULTED, KIND
+from cube_ray.stages import DOC_HASH
+from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE
+
+if TYPE_CHECKING:
+    from cube_ray.aggregate import QualificationInput
+
+__all__ = [
+    "faults_source",
+    "qualification_input",
+    "qualification_sample",
+    "qualification_source",
+]
+
+
+def _read(
+    run_dir: Path, table: str, columns: list[str], where: pc.Expression | None = None
+) -> pa.Table:
+    """Some columns of a table's rows (those matching ``where``), or no rows."""
+    files = [str(f) for f in part_files(run_dir / table)]
+    if not files:
+        return pa.table({c: pa.array([], pa.string()) for c in columns})
+    data = pads.dataset(files, format="parquet")
+    return data.to_table(columns=columns, filter=where)
+
+
+def qualification_sample(run_dir: Path, config: RunConfig) -> pa.Table:
+    """``question_id, doc_id, question`` of the sampled questions."""
+    qual = config.qualification
+    assert qual is not None
+    cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
+    ids = _read(run_dir, QUESTIONS, [schema.QUESTION_ID, schema.DOC_ID])
+    pairs = zip(
+        ids.column(schema.QUESTION_ID).to_pylist(),
+        ids.column(schema.DOC_ID).to_pylist(),
+        strict=True,
+    )
+    chosen = seeded_sample(pairs, size=qual.questions, seed=qual.seed)
+    where = pc.field(schema.QUESTION_ID).isin(pa.array(chosen, pa.string()))
+    return _read(run_dir, QUESTIONS, cols, where)
+
+
+def _documents(run_dir: Path, doc_ids: pa.Array) -> pa.Table:
+    docs = _read(
+        run_dir,
+        DOCUMENTS,
+        [schema.DOC_ID, schema.TEXT, schema.CONTENT_HASH],
+        pc.field(schema.DOC_ID).isin(doc_ids),
+    )
+    return docs.rename_columns({schema.CONTENT_HASH: DOC_HASH})
+
+
+def faults_source(run_dir: Path, config: RunConfig) -> pa.Table:
+    """The sampled questions' full-bound answers and gold documents (``FAULT_SOURCE``).
+
+    A sampled question whose full-bound answer is missing keeps its row (with
+    no answer): its faults are written as ``no_answer``.
+    """
+    sample = qualification_sample(run_dir, config)
+    ids = sample.column(schema.QUESTION_ID)
+    answers = _read(
+        run_dir,
+        ANSWERS,
+        [schema.QUESTION_ID, schema.ANSWER],
+        (pc.field(schema.SYSTEM) == schema.FULL)
+        & pc.field(schema.QUESTION_ID).isin(ids),
+    )
+    docs = _documents(run_dir, pc.unique(sample.column(schema.DOC_ID)))
+    joined = sample.join(answers, schema.QUESTION_ID, join_type="left outer").join(
+        docs, schema.DOC_ID, join_type="inner"
+    )
+    return joined.select(list(FAULT_SOURCE)).sort_by(schema.QUESTION_ID)
+
+
+def qualification_source(run_dir: Path, config: RunConfig) -> pa.Table:
+    """The built faults of the current sample and kinds (``QUALIFICATION_SOURCE``)."""
+    qual = config.qualification
+    assert qual is not None
+    sample = qualification_sample(run_dir, config)
+    faults = _read(
+        run_dir,
+        QUALIFICATION,
+        [schema.QUESTION_ID, KIND, FAULTED],
+        (pc.field(schema.STATUS) == schema.STATUS_OK)
+        & pc.field(schema.QUESTION_ID).isin(sample.column(schema.QUESTION_ID))
+        & pc.field(KIND).isin(pa.array(list(qual.kinds), pa.string())),
+    )
+    docs = _documents(run_dir, pc.unique(sample.column(schema.DOC_ID)))
+    joined = faults.join(sample, schema.QUESTION_ID, join_type="inner").join(
+        docs, schema.DOC_ID, join_type="inner"
+    )
+    return joined.select(list(QUALIFICATION_SOURCE)).sort_by(
+        [(schema.QUESTION_ID, "ascending"), (KIND, "ascending")]
+    )
+
+
+def qualification_input(run_dir: Path, config: RunConfig) -> QualificationInput | None:
+    """What the summary needs of the qualification (None when it is off)."""
+    qual = config.qualification
+    if qual is None:
+        return None
+    import polars as pl
+
+    from cube_ray.aggregate import QualificationInput
+
+    sample = qualification_sample(run_dir, config).column(schema.QUESTION_ID)
+    kinds = pa.array(list(qual.kinds), pa.string())
+    faults = _read(
+        run_dir,
+        QUALIFICATION,
+        [schema.QUESTION_ID, KIND, schema.STATUS],
+        pc.field(schema.QUESTION_ID).isin(sample) & pc.field(KIND).isin(kinds),
+    )
+    scores = _read(
+        run_dir,
+        QUALIFICATION_SCORES,
+        [
+            schema.QUESTION_ID,
+            schema.SYSTEM,
+            schema.JUDGE,
+            schema.DIMENSION,
+            schema.SCORE,
+            schema.STATUS,
+        ],
+        pc.field(schema.QUESTION_ID).isin(sample) & pc.field(schema.SYSTEM).isin(kinds),
+    )
+    frame = pl.from_arrow(faults)
+    score_frame = pl.from_arrow(scores)
+    assert isinstance(frame, pl.DataFrame)
+    assert isinstance(score_frame, pl.DataFrame)
+    return QualificationInput(
+        faults=frame,
+        scores=score_frame,
+        expected={d.name: d.expected_faults() for d in config.dimensions},
+        min_drop=qual.min_drop,
+    )
