@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     )
     from cube_ray.aggregate._qualification import (
         MISSES_FAULTS,
+        TOO_FEW_FAULTS,
         QualificationInput,
         fault_detection,
         fault_misses,
@@ -61,6 +62,7 @@ __all__ = [
     "NOT_SEPARATED",
     "OUTSIDE",
     "RANK_SCORE",
+    "TOO_FEW_FAULTS",
     "WEIGHTED",
     "AggregateOptions",
     "BoundsOptions",
@@ -103,6 +105,7 @@ _HOME = {
     "BoundsOptions": "_options",
     "WeightsError": "_options",
     "MISSES_FAULTS": "_qualification",
+    "TOO_FEW_FAULTS": "_qualification",
     "QualificationInput": "_qualification",
     "fault_detection": "_qualification",
     "fault_misses": "_qualification",

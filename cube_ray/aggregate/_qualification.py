@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._separation import wilcoxon_greater
+from cube_ray.aggregate._separation import MIN_NONZERO_PAIRS, wilcoxon_greater
 
 __all__ = [
     "FAULT_KIND",
@@ -41,6 +41,9 @@ FIGURE = "figure"
 WEIGHTED = "weighted"
 MISSES_FAULTS = "misses faults"
 """Flag of a judge that does not detect an expected fault kind on a dimension."""
+TOO_FEW_FAULTS = "too few faults"
+"""Flag of an expected kind with fewer than ``MIN_NONZERO_PAIRS`` scored faults:
+not tested (the sample's answers rarely allow that kind), so not a miss."""
 UNQUALIFIED = (
     "misses faults: does not notice an expected fault kind on the weighted total "
     "(aggregate.require_qualification)"
@@ -255,16 +258,23 @@ def qualification_block(
 def fault_misses(
     block: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]],
     expected: Mapping[str, Sequence[str]],
+    *,
+    untested: bool = False,
 ) -> list[tuple[str, str, str]]:
     """(judge, kind, figure) of every expected detection a judge misses.
 
     ``expected``: dimension -> kinds; the weighted total is expected to detect
-    every kind some dimension expects. Kinds not built in the run are ignored.
+    every kind some dimension expects. Kinds not built in the run are ignored,
+    and so are tests of fewer than :data:`MIN_NONZERO_PAIRS` faults (the
+    Wilcoxon test cannot say anything): ``untested=True`` lists those instead.
 
-    >>> block = {"j": {"number": {"relevance": {"detected": False},
-    ...                           "weighted": {"detected": True}}}}
+    >>> ok, miss = {"n": 8, "detected": True}, {"n": 8, "detected": False}
+    >>> block = {"j": {"number": {"relevance": miss, "weighted": ok},
+    ...                "omission": {"relevance": {"n": 2, "detected": False}}}}
     >>> fault_misses(block, {"relevance": ["number", "omission"]})
     [('j', 'number', 'relevance')]
+    >>> fault_misses(block, {"relevance": ["number", "omission"]}, untested=True)
+    [('j', 'omission', 'relevance')]
     """
     weighted_kinds = sorted({k for kinds in expected.values() for k in kinds})
     out = []
@@ -272,7 +282,9 @@ def fault_misses(
         for fig, kinds in [*expected.items(), (WEIGHTED, weighted_kinds)]:
             for kind in kinds:
                 test = per_kind.get(kind, {}).get(fig)
-                if test is not None and not test["detected"]:
+                if test is None or test["detected"]:
+                    continue
+                if (test["n"] < MIN_NONZERO_PAIRS) == untested:
                     out.append((judge, kind, fig))
     return out
 
@@ -284,7 +296,8 @@ class Qualification:
     block: dict[str, dict[str, dict[str, dict[str, Any]]]]
     """``judge -> kind -> figure -> {n, skipped, drop, p_value, detected}``."""
     flags: list[dict[str, Any]]
-    """One ``misses faults: <kind> on <figure>`` flag per missed detection."""
+    """One ``misses faults: <kind> on <figure>`` flag per missed detection, one
+    ``too few faults: ...`` per expected test with too few faulted answers."""
     unqualified: frozenset[str]
     """Judges that miss an expected kind on the weighted total."""
 
@@ -373,4 +386,13 @@ def qualify(
         )
         if fig == WEIGHTED:
             unqualified.add(judge)
+    for judge, kind, fig in fault_misses(block, expected, untested=True):
+        flags.append(
+            {
+                "flag": f"{TOO_FEW_FAULTS}: {kind} on {fig}",
+                "judge": judge,
+                "figure": f"qualification.{kind}.{fig}",
+                "n": block[judge][kind][fig]["n"],
+            }
+        )
     return Qualification(block, flags, frozenset(unqualified))
