@@ -64,6 +64,7 @@ from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
+from cube_ray.qualification import own_model_flags
 from cube_ray.stages import ANSWER_HASH, DOC_HASH, JUDGE_SOURCE
 from cube_ray.systems.kinds import system_kind
 
@@ -442,6 +443,12 @@ def summarize_run(config: RunConfig, run_dir: Path) -> dict[str, Any] | None:
         scores,
         options=options,
         qualification=qualification_input(run_dir, config),
+    )
+    # CUBE_METHOD.md section 12: a judge of the generator's or a system's model.
+    summary["flags"].extend(
+        own_model_flags(
+            config.judges, config.generator, {s.name: s.model for s in config.systems}
+        )
     )
     return summary
 

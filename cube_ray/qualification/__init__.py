@@ -11,6 +11,7 @@ run's ``qualification`` table. No Ray, no engines here.
 
 from cube_ray.qualification._compose import compose_answer
 from cube_ray.qualification._document import GoldDocument, parse_fields, split_items
+from cube_ray.qualification._family import OWN_MODEL, model_key, own_model_flags
 from cube_ray.qualification._kinds import (
     FAULT_KINDS,
     KINDS,
@@ -39,6 +40,7 @@ from cube_ray.qualification._order import order_key, seeded_sample
 __all__ = [
     "FAULT_KINDS",
     "KINDS",
+    "OWN_MODEL",
     "Fault",
     "FaultFn",
     "FaultKind",
@@ -51,12 +53,14 @@ __all__ = [
     "fault_rng",
     "int_to_chinese",
     "make_fault",
+    "model_key",
     "negation_fault",
     "number_fault",
     "number_tokens",
     "number_values",
     "omission_fault",
     "order_key",
+    "own_model_flags",
     "parse_fields",
     "plausible_other",
     "seeded_sample",

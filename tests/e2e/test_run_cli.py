@@ -211,6 +211,8 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
         },
     }
     cfg["allow_fake_engines"] = False
+    # The QA file's answers declare the tiny model as their writer (section 12).
+    cfg["systems"][0]["model"] = str(tiny_model_dir)
     cfg["ray"] = {"num_cpus": 4}
     cfg_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     run_dir = tmp_path / "run"
@@ -285,6 +287,21 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
             k={"rag": 8}, trim=0.1, weights="pearson", bounds_on="all"
         ),
     )
+    # The run adds the section 12 flag of the judges that share the
+    # generator's (tiny) model and the system's declared one.
+    from cube_ray.config import RunConfig
+    from cube_ray.qualification import OWN_MODEL, own_model_flags
+
+    run_cfg = RunConfig.from_yaml(cfg_path)
+    own = own_model_flags(
+        run_cfg.judges, run_cfg.generator, {"rag": str(tiny_model_dir)}
+    )
+    assert {(f["flag"], f["judge"], f["system"]) for f in own} == {
+        (OWN_MODEL, judge, writer)
+        for judge in ("tiny-argmax", "tiny-expected")
+        for writer in ("generator", "rag")
+    }
+    expected["flags"] = [*expected["flags"], *own]
     # The aggregation lists flags in no guaranteed order: compare them as sets.
     got = json.loads(json.dumps(expected, default=str))
     for doc in (summary, got):
