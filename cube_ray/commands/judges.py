@@ -152,11 +152,11 @@ def _fault_table(block: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     """
     figures = list(next(iter(block.values())))
     width = max(14, *(len(f) + 2 for f in figures))
-    head = "".join(f"{f:>{width}}" for f in figures)
+    head = "".join(f"  {f:>{width}}" for f in figures)
     lines = [f"  {'faults (drop/p)':<16} {'n':>3}{head}"]
     for kind, per in block.items():
         n = max((t["n"] for t in per.values()), default=0)
-        cells = "".join(f"{_cell(t):>{width}}" for t in (per[f] for f in figures))
+        cells = "".join(f"  {_cell(t):>{width}}" for t in (per[f] for f in figures))
         lines.append(f"  {kind:<16} {n:>3}{cells}")
     lines.append("  (* detected: drop >= min_drop and p < alpha)")
     return lines
