@@ -93,6 +93,11 @@ class Inputs:
     """Arguments of ``expand``: the fingerprint(s) that go into each row's hash."""
     per_row: int = 1
     """Stage rows per source row (the bounds: 2; a judge: one per dimension)."""
+    by_wave: bool = True
+    """Each wave of the run gets its own share of the rows; False: every wave
+    gets all of them (the fault stage: each fault needs every sampled
+    document as a donor; rows already written are skipped, so a later wave
+    only adds what its answers made possible)."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +309,7 @@ def _qualification_specs(
                 fault_inputs,
                 {"kinds": list(qual.kinds), "seed": qual.seed, "fingerprint": fault_fp},
                 per_row=len(qual.kinds),
+                by_wave=False,
             ),
             pool,
             after=("answers:bounds",),

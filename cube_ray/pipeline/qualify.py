@@ -55,19 +55,34 @@ def _read(
 
 
 def qualification_sample(run_dir: Path, config: RunConfig) -> pa.Table:
-    """``question_id, doc_id, question`` of the sampled questions."""
+    """``question_id, doc_id`` of the sampled questions.
+
+    Generated questions take their document's id and are written wave by wave,
+    so the sample is drawn from the documents (all staged before any stage):
+    every wave sees the same sample. A question file is staged whole.
+    """
     qual = config.qualification
     assert qual is not None
-    cols = [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION]
-    ids = _read(run_dir, QUESTIONS, [schema.QUESTION_ID, schema.DOC_ID])
-    pairs = zip(
-        ids.column(schema.QUESTION_ID).to_pylist(),
-        ids.column(schema.DOC_ID).to_pylist(),
-        strict=True,
+    if config.questions.source == "file":
+        ids = _read(run_dir, QUESTIONS, [schema.QUESTION_ID, schema.DOC_ID])
+        pairs = list(
+            zip(
+                ids.column(schema.QUESTION_ID).to_pylist(),
+                ids.column(schema.DOC_ID).to_pylist(),
+                strict=True,
+            )
+        )
+    else:
+        doc_ids = _read(run_dir, DOCUMENTS, [schema.DOC_ID]).column(schema.DOC_ID)
+        pairs = [(d, d) for d in doc_ids.to_pylist()]
+    chosen = set(seeded_sample(pairs, size=qual.questions, seed=qual.seed))
+    rows = [(q, d) for q, d in pairs if q in chosen]
+    return pa.table(
+        {
+            schema.QUESTION_ID: pa.array([q for q, _ in rows], pa.string()),
+            schema.DOC_ID: pa.array([d for _, d in rows], pa.string()),
+        }
     )
-    chosen = seeded_sample(pairs, size=qual.questions, seed=qual.seed)
-    where = pc.field(schema.QUESTION_ID).isin(pa.array(chosen, pa.string()))
-    return _read(run_dir, QUESTIONS, cols, where)
 
 
 def _documents(run_dir: Path, doc_ids: pa.Array) -> pa.Table:
@@ -83,8 +98,9 @@ def _documents(run_dir: Path, doc_ids: pa.Array) -> pa.Table:
 def faults_source(run_dir: Path, config: RunConfig) -> pa.Table:
     """The sampled questions' full-bound answers and gold documents (``FAULT_SOURCE``).
 
-    A sampled question whose full-bound answer is missing keeps its row (with
-    no answer): its faults are written as ``no_answer``.
+    A sampled question whose full-bound answer is missing (failed, or in a
+    later wave) keeps its row with no answer: its faults are written as
+    ``no_answer``, and rewritten once the answer exists (its hash changes).
     """
     sample = qualification_sample(run_dir, config)
     ids = sample.column(schema.QUESTION_ID)
@@ -115,8 +131,14 @@ def qualification_source(run_dir: Path, config: RunConfig) -> pa.Table:
         & pc.field(schema.QUESTION_ID).isin(sample.column(schema.QUESTION_ID))
         & pc.field(KIND).isin(pa.array(list(qual.kinds), pa.string())),
     )
-    docs = _documents(run_dir, pc.unique(sample.column(schema.DOC_ID)))
-    joined = faults.join(sample, schema.QUESTION_ID, join_type="inner").join(
+    questions = _read(
+        run_dir,
+        QUESTIONS,
+        [schema.QUESTION_ID, schema.DOC_ID, schema.QUESTION],
+        pc.field(schema.QUESTION_ID).isin(faults.column(schema.QUESTION_ID)),
+    )
+    docs = _documents(run_dir, pc.unique(questions.column(schema.DOC_ID)))
+    joined = faults.join(questions, schema.QUESTION_ID, join_type="inner").join(
         docs, schema.DOC_ID, join_type="inner"
     )
     return joined.select(list(QUALIFICATION_SOURCE)).sort_by(

@@ -210,7 +210,8 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
     def run_spec(self, spec: StageSpec, wave: int = 0, waves: int = 1) -> None:
         """Build a stage's inputs (of one wave) from its recipe and run it."""
         recipe = spec.inputs
-        source, count = self._wave_source(recipe.source, wave, waves)
+        split = (wave, waves) if recipe.by_wave else (0, 1)
+        source, count = self._wave_source(recipe.source, *split)
         if waves > 1 and count == 0:  # a small corpus may leave a wave empty
             self.stats.setdefault(spec.label, StageStats())
             return

@@ -63,7 +63,11 @@ def test_bad_qualification_config_exit_2(
 
 @pytest.mark.ray
 @pytest.mark.timeout(900)
-def test_run_writes_the_qualification_table_and_summary(tmp_path: Path) -> None:
+@pytest.mark.parametrize("waves", [1, 2])
+def test_run_writes_the_qualification_table_and_summary(
+    tmp_path: Path, waves: int
+) -> None:
+    """With ``ray.waves: 2`` the sample and the faults are the same as in one wave."""
     corpus, ids = make_corpus(tmp_path, N_DOCS)
     qa = make_qa_file(tmp_path, ids)
     extra = {
@@ -76,6 +80,7 @@ def test_run_writes_the_qualification_table_and_summary(tmp_path: Path) -> None:
     }
     cfg_path = fake_config(tmp_path, corpus, qa, judges=1, extra=extra)
     cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+    cfg["ray"].update({"waves": waves, "overlap": waves > 1})
     cfg["judges"]["reference"] = {
         "backend": "reference",
         "measures": {
