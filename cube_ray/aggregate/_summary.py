@@ -45,6 +45,7 @@ from cube_ray.aggregate._parts import (
 from cube_ray.aggregate._parts_weights import _JudgeSeparation
 from cube_ray.aggregate._qualification import (
     UNQUALIFIED,
+    Qualification,
     QualificationInput,
     qualify,
 )
@@ -264,7 +265,7 @@ class _Aggregation(_JudgeSeparation):
                         across["excluded"][j] = UNQUALIFIED
         return summary
 
-    def _qualify(self) -> Any:
+    def _qualify(self) -> Qualification | None:
         """The qualification block and its flags (None without qualification)."""
         if self.qualification is None:
             return None

@@ -245,10 +245,8 @@ def stage_graph(
     answer_stages = tuple(s.label for s in specs if s.table == ANSWERS)
     rubrics = config.rubrics()
     dims = list(rubrics)
-    judge_tpl = template_text(config.prompts.judge)
     for judge, engine in config.judges.items():
-        efp = engine_fingerprint(engine)
-        fps = {d: stable_hash(efp, judge_tpl, rubrics[d]) for d in dims}
+        fps = _judge_fingerprints(config, engine)
         specs.append(
             StageSpec(
                 f"scores:{judge}",
@@ -272,21 +270,22 @@ def stage_graph(
             )
         )
     if config.qualification is not None:
-        specs += _qualification_specs(config, fps_of=_judge_fingerprints)
+        specs += _qualification_specs(config)
     return specs
 
 
 def _judge_fingerprints(config: RunConfig, engine: Any) -> dict[str, str]:
-    """Dimension -> hash of (judge engine, judge template, rubric)."""
+    """Dimension -> hash of (judge engine, judge template, rubric).
+
+    The same for a judge's scores of the answers and of the faulted answers.
+    """
     rubrics = config.rubrics()
     efp = engine_fingerprint(engine)
     tpl = template_text(config.prompts.judge)
     return {d: stable_hash(efp, tpl, r) for d, r in rubrics.items()}
 
 
-def _qualification_specs(
-    config: RunConfig, *, fps_of: Callable[[RunConfig, Any], dict[str, str]]
-) -> list[StageSpec]:
+def _qualification_specs(config: RunConfig) -> list[StageSpec]:
     """The fault stage after the bounds, and one judge stage per judge after it.
 
     The judges score the faulted answers with the run's own prompt, rubrics and
@@ -334,7 +333,7 @@ def _qualification_specs(
                     qualification_judge_inputs,
                     {
                         "judge": judge,
-                        "fingerprints": fps_of(config, engine),
+                        "fingerprints": _judge_fingerprints(config, engine),
                         "dimensions": dims,
                     },
                     per_row=len(dims),
