@@ -94,7 +94,9 @@ def main() -> None:
     items = [(g.doc_id, g.doc_id, answers[g.doc_id], g) for g in gold]
     rows = fault_rows(items, donors=gold, kinds=KINDS, seed=args.seed)
     timings["build faults"] = time.perf_counter() - t0
-    built = {k: sum(r["kind"] == k and r["status"] == "ok" for r in rows) for k in KINDS}
+    built = {
+        k: sum(r["kind"] == k and r["status"] == "ok" for r in rows) for k in KINDS
+    }
 
     def table(system: list[str], answer: list[str], qids: list[str]) -> pa.Table:
         return pa.table(
@@ -112,7 +114,9 @@ def main() -> None:
     qids = [g.doc_id for g in gold]
     full = table([schema.FULL] * len(qids), [answers[q] for q in qids], qids)
     faulted = table(
-        [r["kind"] for r in ok], [r["faulted"] for r in ok], [r["question_id"] for r in ok]
+        [r["kind"] for r in ok],
+        [r["faulted"] for r in ok],
+        [r["question_id"] for r in ok],
     ).rename_columns(
         [schema.QUESTION_ID, "kind", "faulted", schema.QUESTION, schema.TEXT, DOC_HASH]
     )
