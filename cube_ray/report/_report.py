@@ -799,6 +799,86 @@ def _bounds(run: RunData) -> Section:
     return sec
 
 
+_FAULT_WORDS = {
+    "number": "a changed number (time limit, fee, date, phone)",
+    "entity": "a swapped name (agency, item, material, place)",
+    "negation": "a flipped permission or obligation",
+    "omission": "a dropped part of the answer",
+    "unsupported": "an added claim the guide does not make",
+}
+"""What each fault kind of CUBE_METHOD.md section 12 is, for a reader."""
+
+
+def _qualification(run: RunData) -> Section | None:
+    """Per judge, kinds x figures: did it notice the controlled faults (section 12)?"""
+    blocks = {
+        j: b
+        for j in run.judges
+        if isinstance(b := _judge_value(run, j, "qualification"), Mapping) and b
+    }
+    if not blocks:
+        return None
+    sec = Section("qualification", "Judge qualification (controlled faults)")
+    sec.blocks.append(
+        Para(
+            "Each judge scored copies of full-bound answers with exactly one fault "
+            "each. A fault is detected when the judge scores the faulted copy at "
+            "least min_drop points lower on average and a one-sided Wilcoxon test "
+            "gives p < alpha; each cell shows the mean drop, p and whether it was "
+            "detected (CUBE_METHOD.md section 12; the qualification/ table holds "
+            "every faulted answer the judges were shown)."
+        )
+    )
+    flags = [f for f in run.summary.get("flags") or [] if isinstance(f, Mapping)]
+    for judge, block in blocks.items():
+        kinds = list(block)
+        figures = list(next(iter(block.values())))
+        rows = []
+        for kind in kinds:
+            cells = []
+            for fig in figures:
+                t = block[kind].get(fig) or {}
+                drop, p = num(t.get("drop")), num(t.get("p_value"))
+                if drop is None or p is None:
+                    cells.append("—")
+                    continue
+                verdict = "detected" if t.get("detected") else "missed"
+                cells.append(f"{drop:+.2f} (p {p:.2g}) {verdict}")
+            n = max((int(t.get("n") or 0) for t in block[kind].values()), default=0)
+            skipped = max(
+                (int(t.get("skipped") or 0) for t in block[kind].values()), default=0
+            )
+            rows.append([kind, str(n), str(skipped), *cells])
+        sec.blocks.append(
+            Table(
+                ["fault", "n", "skipped", *figures],
+                rows,
+                caption=f"{judge}: mean drop score(original) − score(faulted)",
+                anchor=f"qualification-{judge}",
+                numeric=frozenset({1, 2}),
+            )
+        )
+        missed = sorted(
+            {
+                str(f.get("figure", "")).split(".")[1]
+                for f in flags
+                if f.get("judge") == judge
+                and str(f.get("flag", "")).startswith("misses faults")
+                and str(f.get("figure", "")).count(".") == 2
+            }
+        )
+        words = [_FAULT_WORDS.get(k, k) for k in missed]
+        sec.blocks.append(
+            Para(
+                f"{judge} does not notice {_plain_list(words)}."
+                if words
+                else f"{judge} notices every fault its dimensions are expected to.",
+                "warn" if words else "text",
+            )
+        )
+    return sec
+
+
 def _variants(run: RunData) -> Section | None:
     if len(run.systems) < 2:
         return None
@@ -1309,6 +1389,7 @@ def _sections_and_boot(
         _distributions(run),
         _retrieval(run),
         _bounds(run) if run.judges and run.systems else None,
+        _qualification(run),
         _variants(run),
         _agreement(run),
         _humans(run, human_ratings) if human_ratings is not None else None,

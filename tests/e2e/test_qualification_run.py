@@ -154,6 +154,10 @@ def test_run_writes_the_qualification_table_and_summary(
     assert not j1["detected"]  # random scores do not notice the appended claim
     assert "j1" not in across["judges"]
     assert across["excluded"]["j1"].startswith("misses faults")
+    # The report's qualification section, in plain words.
+    report = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert "Judge qualification (controlled faults)" in report
+    assert "j1 does not notice an added claim the guide does not make" in report
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["rows"]["qualification"] == QUESTIONS * len(KINDS)
 
