@@ -30,12 +30,13 @@ from cube_ray.pipeline.parts import part_files
 from cube_ray.qualification import seeded_sample
 from cube_ray.qualification._table import FAULTED, KIND
 from cube_ray.stages import DOC_HASH
-from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE
+from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE, SAMPLED
 
 if TYPE_CHECKING:
     from cube_ray.aggregate import QualificationInput
 
 __all__ = [
+    "DONORS",
     "faults_source",
     "qualification_input",
     "qualification_sample",
@@ -52,6 +53,11 @@ def _read(
         return pa.table({c: pa.array([], pa.string()) for c in columns})
     data = pads.dataset(files, format="parquet")
     return data.to_table(columns=columns, filter=where)
+
+
+DONORS = 50
+"""Donor documents of the ``entity`` and ``unsupported`` faults: the first 50 in
+the seeded order (CUBE_METHOD.md section 11), whatever the sample size."""
 
 
 def qualification_sample(run_dir: Path, config: RunConfig) -> pa.Table:
@@ -95,12 +101,24 @@ def _documents(run_dir: Path, doc_ids: pa.Array) -> pa.Table:
     return docs.rename_columns({schema.CONTENT_HASH: DOC_HASH})
 
 
+def _donor_ids(run_dir: Path, config: RunConfig) -> list[str]:
+    """The first :data:`DONORS` documents in the seeded order (whatever the sample)."""
+    qual = config.qualification
+    assert qual is not None
+    doc_ids = _read(run_dir, DOCUMENTS, [schema.DOC_ID]).column(schema.DOC_ID)
+    pairs = [(d, d) for d in doc_ids.to_pylist()]
+    return seeded_sample(pairs, size=DONORS, seed=qual.seed)
+
+
 def faults_source(run_dir: Path, config: RunConfig) -> pa.Table:
     """The sampled questions' full-bound answers and gold documents (``FAULT_SOURCE``).
 
     A sampled question whose full-bound answer is missing (failed, or in a
     later wave) keeps its row with no answer: its faults are written as
     ``no_answer``, and rewritten once the answer exists (its hash changes).
+    The donor documents (:func:`_donor_ids`) come as rows of their own with
+    ``_sampled`` false: the same donors for every sample size, so a larger
+    ``qualification.questions`` keeps every fault already built.
     """
     sample = qualification_sample(run_dir, config)
     ids = sample.column(schema.QUESTION_ID)
@@ -111,10 +129,21 @@ def faults_source(run_dir: Path, config: RunConfig) -> pa.Table:
         (pc.field(schema.SYSTEM) == schema.FULL)
         & pc.field(schema.QUESTION_ID).isin(ids),
     )
-    docs = _documents(run_dir, pc.unique(sample.column(schema.DOC_ID)))
-    joined = sample.join(answers, schema.QUESTION_ID, join_type="left outer").join(
-        docs, schema.DOC_ID, join_type="inner"
+    sampled_docs = set(sample.column(schema.DOC_ID).to_pylist())
+    extra = _donor_ids(run_dir, config)
+    donors_only = pa.table(
+        {
+            schema.QUESTION_ID: pa.array(extra, pa.string()),
+            schema.DOC_ID: pa.array(extra, pa.string()),
+            schema.ANSWER: pa.array([None] * len(extra), pa.string()),
+            SAMPLED: pa.array([False] * len(extra), pa.bool_()),
+        }
     )
+    rows = sample.join(answers, schema.QUESTION_ID, join_type="left outer")
+    rows = rows.append_column(SAMPLED, pa.array([True] * rows.num_rows, pa.bool_()))
+    rows = pa.concat_tables([rows.select(donors_only.column_names), donors_only])
+    docs = _documents(run_dir, pa.array(sorted({*sampled_docs, *extra}), pa.string()))
+    joined = rows.join(docs, schema.DOC_ID, join_type="inner")
     return joined.select(list(FAULT_SOURCE)).sort_by(schema.QUESTION_ID)
 
 

@@ -66,6 +66,7 @@ from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
 from cube_ray.qualification import own_model_flags
 from cube_ray.stages import ANSWER_HASH, DOC_HASH, JUDGE_SOURCE
+from cube_ray.stages.qualify import SAMPLED
 from cube_ray.systems.kinds import system_kind
 
 if TYPE_CHECKING:
@@ -232,7 +233,10 @@ class _Driver(StageRunner, Compaction, DataOps, Intake):
         if table is not None:
             if waves > 1:
                 table = rows_in_wave(table, column=column, wave=wave, waves=waves)
-            return self.from_table(table), table.num_rows
+            count = table.num_rows
+            if SAMPLED in table.column_names:  # donor documents make no rows
+                count = sum(table.column(SAMPLED).to_pylist())
+            return self.from_table(table), count
         source, count = self._source(name)
         if waves > 1:
             # The wave's rows are kept in the object store (not on the

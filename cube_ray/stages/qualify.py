@@ -31,19 +31,25 @@ from cube_ray.stages.inputs import DOC_HASH, judge_inputs
 __all__ = [
     "FAULT_SOURCE",
     "QUALIFICATION_SOURCE",
+    "SAMPLED",
     "FaultStage",
     "fault_inputs",
     "qualification_judge_inputs",
 ]
 
+SAMPLED = "_sampled"
+"""Internal column of the fault source: a sampled question (true) or a donor
+document only (false)."""
 FAULT_SOURCE: tuple[str, ...] = (
     schema.QUESTION_ID,
     schema.DOC_ID,
     schema.ANSWER,
     schema.TEXT,
     DOC_HASH,
+    SAMPLED,
 )
-"""Columns of the sampled full-bound answers with their gold documents."""
+"""Columns of the sampled full-bound answers with their gold documents, and of
+the donor documents."""
 QUALIFICATION_SOURCE: tuple[str, ...] = (
     schema.QUESTION_ID,
     KIND,
@@ -60,30 +66,29 @@ def fault_inputs(
 ) -> pa.Table:
     """Sampled full-bound answers -> one qualification row per (question, kind).
 
-    Every document of ``sampled`` is a donor of the others' ``entity`` and
-    ``unsupported`` faults, so a row's hash covers the donors' hashes too.
+    The donor rows' documents are the donors of the ``entity`` and
+    ``unsupported`` faults (a fault never takes its own document's value), so a
+    row's hash covers the donors' hashes too.
 
     Args:
-        sampled: Columns :data:`FAULT_SOURCE`, one row per sampled question.
+        sampled: Columns :data:`FAULT_SOURCE`: one row per sampled question
+            (``_sampled`` true) and one per donor document (false).
         kinds: Fault kinds to build.
         seed: The qualification seed.
         fingerprint: Hash of the qualification config.
     """
     rows = sampled.select(list(FAULT_SOURCE)).to_pylist()
-    rows.sort(key=lambda r: r[schema.QUESTION_ID])
-    docs = {
-        r[schema.DOC_ID]: GoldDocument.of(r[schema.DOC_ID], r[schema.TEXT] or "")
-        for r in rows
-    }
-    donors = [docs[d] for d in sorted(docs)]
-    donor_part = stable_hash(*sorted(str(r[DOC_HASH]) for r in rows))
+    rows.sort(key=lambda r: (r[schema.QUESTION_ID], r[schema.DOC_ID]))
+
+    def doc(r: dict[str, Any]) -> GoldDocument:
+        return GoldDocument.of(r[schema.DOC_ID], r[schema.TEXT] or "")
+
+    donor_rows = {r[schema.DOC_ID]: r for r in rows if not r[SAMPLED]}
+    donors = [doc(donor_rows[d]) for d in sorted(donor_rows)]
+    donor_part = stable_hash(*sorted(str(r[DOC_HASH]) for r in donor_rows.values()))
+    rows = [r for r in rows if r[SAMPLED]]
     items = [
-        (
-            r[schema.QUESTION_ID],
-            r[schema.DOC_ID],
-            r[schema.ANSWER],
-            docs[r[schema.DOC_ID]],
-        )
+        (r[schema.QUESTION_ID], r[schema.DOC_ID], r[schema.ANSWER], doc(r))
         for r in rows
     ]
     out = fault_rows(items, donors=donors, kinds=kinds, seed=seed)

@@ -134,3 +134,46 @@ def test_own_model_flags_from_a_real_config(tmp_path: Path) -> None:
         (OWN_MODEL, "self", "generator"),
         (OWN_MODEL, "other", "rag"),
     }
+
+
+def test_a_larger_sample_keeps_every_fault_already_built() -> None:
+    """Donors do not depend on the sample size: faults (and their hashes) stay."""
+    import pyarrow as pa
+
+    from cube_ray import schema
+    from cube_ray.corpus import stable_hash
+    from cube_ray.qualification import compose_answer, seeded_sample
+    from cube_ray.stages.inputs import DOC_HASH
+    from cube_ray.stages.qualify import SAMPLED, fault_inputs
+    from tests.qualification_data import guangdong_documents
+
+    docs = {d.doc_id: d for d in guangdong_documents()}
+    order = seeded_sample(((d, d) for d in docs), size=len(docs), seed=0)
+    donors = order[:50]
+
+    def source(size: int) -> pa.Table:
+        sampled = order[:size]
+        ids = sampled + donors
+        flags = [True] * size + [False] * len(donors)
+        return pa.table(
+            {
+                schema.QUESTION_ID: ids,
+                schema.DOC_ID: ids,
+                schema.ANSWER: [
+                    compose_answer(docs[d]) if f else None
+                    for d, f in zip(ids, flags, strict=True)
+                ],
+                schema.TEXT: [docs[d].text for d in ids],
+                DOC_HASH: [stable_hash(docs[d].text) for d in ids],
+                SAMPLED: flags,
+            }
+        )
+
+    def rows(size: int) -> dict[tuple[str, str], dict[str, object]]:
+        out = fault_inputs(source(size), kinds=KINDS, seed=0, fingerprint="f")
+        return {(r["question_id"], r["kind"]): r for r in out.to_pylist()}
+
+    small, large = rows(10), rows(60)
+    assert len(small) == 10 * len(KINDS)
+    assert len(large) == 60 * len(KINDS)
+    assert all(large[key] == row for key, row in small.items())
