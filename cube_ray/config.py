@@ -52,6 +52,7 @@ from cube_ray.prompts import (
     default_rubric,
     packaged_name,
 )
+from cube_ray.qualification import KINDS, FaultKind
 from cube_ray.systems.config import SystemConfig
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "EnvUse",
     "FieldConfig",
     "PromptsConfig",
+    "QualificationConfig",
     "QuestionsConfig",
     "RayConfig",
     "RunConfig",
@@ -229,6 +231,22 @@ class DimensionConfig(StrictModel):
     """File holding the rubric (instead of ``rubric``)."""
     weight: float | None = Field(default=None, ge=0)
     """Fixed weight; used when ``aggregate.weights`` is ``fixed``."""
+    detects: list[FaultKind] | None = None
+    """Fault kinds a judge must notice on this dimension (CUBE_METHOD.md section
+    12); None: the default of the method for the four default dimensions
+    (:data:`DEFAULT_DETECTS`), none for another dimension."""
+
+    def expected_faults(self) -> list[str]:
+        """The fault kinds this dimension must detect (``detects`` or the default).
+
+        >>> DimensionConfig(name="relevance").expected_faults()
+        ['number', 'entity', 'negation', 'unsupported']
+        >>> DimensionConfig(name="quality", detects=["omission"]).expected_faults()
+        ['omission']
+        """
+        if self.detects is not None:
+            return list(self.detects)
+        return list(DEFAULT_DETECTS.get(self.name, ()))
 
     @model_validator(mode="after")
     def _one_rubric(self) -> DimensionConfig:
@@ -264,6 +282,48 @@ class DimensionConfig(StrictModel):
             f"{list(DEFAULT_DIMENSIONS)}; set rubric or rubric_file"
         )
         raise ConfigError(msg)
+
+
+DEFAULT_DETECTS: dict[str, tuple[str, ...]] = {
+    "relevance": ("number", "entity", "negation", "unsupported"),
+    "completeness": ("omission",),
+    "specificity": ("omission",),
+    "quality": (),
+}
+"""The fault kinds each default dimension must detect (CUBE_METHOD.md section 12)."""
+
+
+class QualificationConfig(StrictModel):
+    """Qualify each judge with controlled faults (CUBE_METHOD.md section 12).
+
+    After the bounds, ``questions`` full-bound answers (the first questions in
+    the seeded order of section 11) get one faulted copy per kind; every judge
+    scores them with the run's prompts, and the summary says per judge, kind
+    and dimension whether it noticed (``judges.<j>.qualification``).
+    """
+
+    questions: int = Field(default=50, ge=1)
+    """How many full-bound answers are faulted (the first ``questions``
+    questions in the order ``sha256(f"{seed}:{doc_id}")``)."""
+    kinds: list[FaultKind] = Field(default_factory=lambda: list(KINDS), min_length=1)
+    """The fault kinds to build: ``number``, ``entity``, ``negation``,
+    ``omission``, ``unsupported``."""
+    seed: int = 0
+    """Seed of the question order and of every fault (deterministic from
+    (seed, question_id, kind))."""
+    min_drop: float = Field(default=0.5, ge=0.0, le=10.0)
+    """Smallest mean drop ``score(original) - score(faulted)`` (points on the
+    0-10 scale) for a fault to count as detected; with ``p < aggregate.alpha``
+    (one-sided Wilcoxon signed-rank)."""
+
+    @field_validator("kinds")
+    @classmethod
+    def _unique_kinds(cls, kinds: list[FaultKind]) -> list[FaultKind]:
+        dupes = sorted({k for k in kinds if kinds.count(k) > 1})
+        if dupes:
+            msg = f"qualification.kinds lists {dupes} more than once; list each once"
+            raise ValueError(msg)
+        return kinds
 
 
 def default_dimensions() -> list[DimensionConfig]:
@@ -496,6 +556,9 @@ class RunConfig(StrictModel):
     """Systems under test (``rag`` or ``rag@<variant>``)."""
     aggregate: AggregateConfig = Field(default_factory=AggregateConfig)
     """Aggregation options."""
+    qualification: QualificationConfig | None = None
+    """Judge qualification with controlled faults (CUBE_METHOD.md section 12);
+    off when absent."""
     ray: RayConfig = Field(default_factory=RayConfig)
     """Ray options."""
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)

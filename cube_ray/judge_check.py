@@ -17,10 +17,19 @@ before a long run, on the user's own corpus and with the user's own engines:
    equal-weighted mean of the dimensions. Its scores of the injection set give
    the shift of each pattern.
 
+4. **Controlled faults** (CUBE_METHOD.md section 12, when the config has a
+   ``qualification`` section): one faulted copy per kind of each full-bound
+   answer of the sample (:mod:`cube_ray.qualification`), scored on every
+   dimension; per kind and dimension (and the equal-weighted total) the drop
+   ``score(original) - score(faulted)``, its one-sided Wilcoxon p and whether
+   it is detected.
+
 A judge **fails** when its mean over dimensions does not separate the bounds,
 when a pattern *raises* its mean score by more than
 :data:`cube_ray.injection.MAX_SHIFT` (the system under test could win by
-writing it), when it cannot be built or scores fewer than half of the rows.
+writing it), when it misses a fault kind a dimension expects
+(``dimensions[].detects``), when it cannot be built or scores fewer than half
+of the rows.
 A pattern that *lowers* its mean by more than that is a warning: it cannot be
 exploited, but the judge punishes text that says nothing about the answer.
 
@@ -39,8 +48,11 @@ import pyarrow as pa
 
 from cube_ray import schema
 from cube_ray.aggregate import (
+    MISSES_FAULTS,
     NOT_SEPARATED,
+    TOO_FEW_FAULTS,
     BoundsOptions,
+    fault_misses,
     separated,
     trimmed_means,
     wilcoxon_greater,
@@ -55,6 +67,7 @@ __all__ = [
     "MAX_MISSING_SHARE",
     "MEAN",
     "check_judges",
+    "qualification",
     "separation",
 ]
 
@@ -62,12 +75,16 @@ DEFAULT_SAMPLE = 8
 """Documents in the bound sample by default (8 all-positive pairs give p = 0.004)."""
 MEAN = "mean"
 """Key of the equal-weighted mean over the dimensions in the bound results."""
+MEAN_FIGURE = "weighted"
+"""Key of the equal-weighted total in the qualification results (as a run's)."""
 MAX_MISSING_SHARE = 0.5
 """A judge that leaves more than this share of its rows unscored fails."""
 _FINGERPRINT = "judges-check"
 """Stands in for the run's config fingerprints in the stages' input hashes."""
 _INJECTION = "injection"
 """``system`` of the injection rows in the judge input table."""
+_FAULT = "fault:"
+"""Prefix of the ``system`` of a faulted answer's rows (``fault:number``)."""
 
 Log = Callable[[str], None]
 
@@ -173,6 +190,42 @@ def _injection_cases(rows: pa.Table) -> list[Case]:
     return apply_patterns(bases)
 
 
+def _fault_rows(config: RunConfig, rows: pa.Table) -> list[dict[str, Any]]:
+    """The qualification rows of the sample's full-bound answers (section 12).
+
+    Every sampled document is a donor of the others' faults; kinds and seed
+    come from the config's ``qualification`` section.
+    """
+    from cube_ray.qualification import GoldDocument
+    from cube_ray.qualification._table import fault_rows
+
+    qual = config.qualification
+    if qual is None:
+        return []
+    full = [r for r in rows.to_pylist() if r[schema.SYSTEM] == schema.FULL]
+    docs = {
+        r[schema.QUESTION_ID]: GoldDocument.of(r[schema.QUESTION_ID], r[schema.TEXT])
+        for r in full
+    }
+    items = [
+        (
+            r[schema.QUESTION_ID],
+            r[schema.QUESTION_ID],
+            r[schema.ANSWER],
+            docs[r[schema.QUESTION_ID]],
+        )
+        for r in full
+    ]
+    out = fault_rows(
+        items, donors=list(docs.values()), kinds=qual.kinds, seed=qual.seed
+    )
+    question = {r[schema.QUESTION_ID]: r[schema.QUESTION] for r in full}
+    for r in out:
+        r[schema.QUESTION] = question[r[schema.QUESTION_ID]]
+        r[schema.TEXT] = docs[r[schema.QUESTION_ID]].text
+    return out
+
+
 def _judge_table(
     rows: pa.Table,
     cases: Sequence[Case],
@@ -180,8 +233,13 @@ def _judge_table(
     judge: str,
     dimensions: list[str],
     injection_dimension: str,
+    faults: Sequence[dict[str, Any]] = (),
 ) -> pa.Table:
-    """Judge-stage input: the bounds on every dimension, then the injection set."""
+    """Judge-stage input: bounds and faulted answers, then the injection set.
+
+    The bounds and the faulted answers are scored on every dimension, the
+    injection set on one.
+    """
     from cube_ray.stages import ANSWER_HASH, DOC_HASH, judge_inputs
 
     fingerprints = dict.fromkeys(dimensions, _FINGERPRINT)
@@ -205,7 +263,95 @@ def _judge_table(
         fingerprints={injection_dimension: _FINGERPRINT},
         dimensions=[injection_dimension],
     )
-    return pa.concat_tables([bounds, injection.cast(bounds.schema)])
+    built = [f for f in faults if f[schema.STATUS] == schema.STATUS_OK]
+    faulted = pa.table(
+        {
+            schema.QUESTION_ID: [f[schema.QUESTION_ID] for f in built],
+            schema.SYSTEM: [_FAULT + f["kind"] for f in built],
+            schema.ANSWER: [f["faulted"] for f in built],
+            ANSWER_HASH: [str(i) for i in range(len(built))],
+            schema.QUESTION: [f[schema.QUESTION] for f in built],
+            schema.TEXT: [f[schema.TEXT] for f in built],
+            DOC_HASH: [f[schema.QUESTION_ID] for f in built],
+        },
+        schema=rows.schema,
+    )
+    fault_rows = judge_inputs(
+        faulted, judge=judge, fingerprints=fingerprints, dimensions=dimensions
+    )
+    return pa.concat_tables(
+        [bounds, fault_rows.cast(bounds.schema), injection.cast(bounds.schema)]
+    )
+
+
+def qualification(
+    scores: Sequence[dict[str, Any]],
+    faults: Sequence[dict[str, Any]],
+    *,
+    dimensions: Sequence[str],
+    min_drop: float,
+    alpha: float,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per fault kind and dimension (and the equal-weighted total) the detection.
+
+    ``scores``: the judge's score rows of the full-bound answers and of the
+    faulted ones (``system`` = ``fault:<kind>``); ``faults``: the qualification
+    rows. Returns ``kind -> figure -> {n, skipped, drop, p_value, detected}``
+    (:func:`cube_ray.aggregate.fault_detection`).
+    """
+    import polars as pl
+
+    from cube_ray.aggregate import fault_detection, qualification_block
+    from cube_ray.aggregate._qualification import fixed_weights
+
+    cols = [
+        schema.QUESTION_ID,
+        schema.SYSTEM,
+        schema.JUDGE,
+        schema.DIMENSION,
+        schema.SCORE,
+    ]
+    frame = pl.DataFrame(
+        [{c: s[c] for c in cols} for s in scores],
+        schema={c: pl.Float64 if c == schema.SCORE else pl.String for c in cols},
+    )
+    original = frame.filter(pl.col(schema.SYSTEM) == schema.FULL)
+    faulted = frame.filter(pl.col(schema.SYSTEM).str.starts_with(_FAULT)).with_columns(
+        pl.col(schema.SYSTEM).str.strip_prefix(_FAULT)
+    )
+    table = pl.DataFrame(
+        [
+            {
+                "question_id": f[schema.QUESTION_ID],
+                "kind": f["kind"],
+                "status": f[schema.STATUS],
+            }
+            for f in faults
+        ],
+        schema={"question_id": pl.String, "kind": pl.String, "status": pl.String},
+    )
+    judges = frame.get_column(schema.JUDGE).unique().to_list()
+    detection = fault_detection(
+        original,
+        faulted,
+        table,
+        weights=fixed_weights("equal", judges, dimensions),
+        min_drop=min_drop,
+        alpha=alpha,
+    )
+    kinds = list(dict.fromkeys(f["kind"] for f in faults))
+    skipped = {
+        k: sum(f["kind"] == k and f[schema.STATUS] != schema.STATUS_OK for f in faults)
+        for k in kinds
+    }
+    block = qualification_block(
+        detection,
+        judges=judges,
+        kinds=kinds,
+        figures=[*dimensions, MEAN_FIGURE],
+        skipped=skipped,
+    )
+    return next(iter(block.values()), {})
 
 
 def separation(
@@ -300,6 +446,10 @@ def _bounds(
     return out
 
 
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _verdict(result: dict[str, Any]) -> None:
     """Fill ``failures`` and ``warnings`` of one judge's result in place."""
     failures, warnings = result["failures"], result["warnings"]
@@ -320,6 +470,18 @@ def _verdict(result: dict[str, Any]) -> None:
             warnings.append(
                 f"{dim}: {NOT_SEPARATED} (gap {s['gap']}, p = {s['p_value']})"
             )
+    for kind, dim in result.get("misses", []):
+        test = result["qualification"][kind][dim]
+        failures.append(
+            f"{MISSES_FAULTS}: {kind} on {dim} (drop {_fmt(test['drop'])}, "
+            f"p = {_fmt(test['p_value'])})"
+        )
+    for kind, dim in result.get("untested", []):
+        n = result["qualification"][kind][dim]["n"]
+        warnings.append(
+            f"{TOO_FEW_FAULTS}: {kind} on {dim} (only {n} faulted answers in the "
+            "sample could be scored; a larger --sample may hold more)"
+        )
     for pattern, row in result["injection"].items():
         shift = row["shift"]
         if shift > MAX_SHIFT:
@@ -346,6 +508,7 @@ def _check_one(
     cases: Sequence[Case],
     injection_dimension: str,
     nonce: str,
+    faults: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     from cube_ray.stages import JudgeStage
 
@@ -356,6 +519,7 @@ def _check_one(
         judge=name,
         dimensions=dimensions,
         injection_dimension=injection_dimension,
+        faults=faults,
     )
     stage = JudgeStage(
         name,
@@ -368,7 +532,7 @@ def _check_one(
     start = time.perf_counter()
     scores = stage(table).to_pylist()
     seconds = time.perf_counter() - start
-    bound_scores = [s for s in scores if s[schema.SYSTEM] != _INJECTION]
+    bound_scores = [s for s in scores if s[schema.SYSTEM] in schema.BOUND_SYSTEMS]
     injection_scores = [
         s[schema.SCORE] for s in scores if s[schema.SYSTEM] == _INJECTION
     ]
@@ -391,6 +555,19 @@ def _check_one(
         "failures": [],
         "warnings": [],
     }
+    if faults and config.qualification is not None:
+        block = qualification(
+            [s for s in scores if s[schema.SYSTEM] != _INJECTION],
+            faults,
+            dimensions=dimensions,
+            min_drop=config.qualification.min_drop,
+            alpha=config.aggregate.alpha,
+        )
+        result["qualification"] = block
+        expected = {d.name: d.expected_faults() for d in config.dimensions}
+        result["misses"] = [
+            (kind, fig) for _, kind, fig in fault_misses({name: block}, expected)
+        ]
     _verdict(result)
     result["ok"] = not result["failures"]
     return result
@@ -458,6 +635,7 @@ def check_judges(
         questions, rows = _bound_rows(config, docs, generator, nonce=nonce)
         generation_s = time.perf_counter() - start
         cases = _injection_cases(rows)
+        faults = _fault_rows(config, rows)
         if not cases:
             statuses = sorted(set(rows.column(schema.SYSTEM).to_pylist()))
             msg = (
@@ -489,6 +667,7 @@ def check_judges(
                 injection_dimension=dimension,
                 nonce=nonce,
                 say=say,
+                faults=faults,
             )
     finally:
         if generator is not None:
@@ -503,6 +682,12 @@ def check_judges(
             "bound_answers": rows.num_rows,
             "injection_bases": pairs,
             "injection_cases": len(cases),
+            "faulted_answers": sum(
+                f[schema.STATUS] == schema.STATUS_OK for f in faults
+            ),
+            "fault_kinds": list(config.qualification.kinds)
+            if config.qualification
+            else [],
             "generation_s": round(generation_s, 1),
             "prompt_language": config.prompts.language,
         },
@@ -511,6 +696,7 @@ def check_judges(
             "alpha": config.aggregate.alpha,
             "trim": config.aggregate.trim,
             "max_shift": MAX_SHIFT,
+            "min_drop": config.qualification.min_drop if config.qualification else None,
         },
         "judges": {n: results[n] for n in names},
         "ok": all(results[n]["ok"] for n in names),
@@ -527,13 +713,16 @@ def _run_judge(
     injection_dimension: str,
     nonce: str,
     say: Log,
+    faults: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     from cube_ray.engines import build_engine
 
     engine_config = config.judges[name]
+    n_faults = sum(f[schema.STATUS] == schema.STATUS_OK for f in faults)
     say(
-        f"judge {name} ({engine_config.backend}): {rows.num_rows} bound answers x "
-        f"{len(config.dimensions)} dimensions + {len(cases)} injection cases"
+        f"judge {name} ({engine_config.backend}): {rows.num_rows} bound answers"
+        f" + {n_faults} faulted answers x {len(config.dimensions)} dimensions"
+        f" + {len(cases)} injection cases"
     )
     owned = engine is None
     try:
@@ -548,6 +737,7 @@ def _run_judge(
             cases=cases,
             injection_dimension=injection_dimension,
             nonce=nonce,
+            faults=faults,
         )
     except (CubeRayError, EngineError) as exc:
         return {

@@ -18,9 +18,10 @@ from typing import Any
 from cube_ray.config import EnvUse, RunConfig, _host
 from cube_ray.corpus import iter_document_batches
 from cube_ray.errors import ConfigError
-from cube_ray.pipeline.method import stage_graph
+from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
 from cube_ray.prompts import load_template
 from cube_ray.stages import AnswerStage, QuestionStage, SystemStage
+from cube_ray.stages.qualify import FaultStage
 from cube_ray.systems.kinds import system_kind
 
 __all__ = [
@@ -164,9 +165,28 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                     gen_price if spec.engines else None,
                 )
             )
-        else:  # a judge
+        elif spec.stage_cls is FaultStage:  # CUBE_METHOD.md section 12
+            rows.append(PlanRow(spec.label, "fault generator (no LLM)", 0, 0))
+        else:  # a judge (of the answers, or of the faulted answers)
             engine = spec.stage_kwargs["engine"]
             calls = n_answers * len(rubrics)
+            if spec.table == QUALIFICATION_SCORES and config.qualification:
+                q = config.qualification
+                n_faults = min(q.questions, n_q) * len(q.kinds)
+                calls = n_faults * len(rubrics)
+                if engine.backend != "reference":
+                    per = (
+                        _tpl_tokens(config.prompts.judge)
+                        + int(mean_doc)
+                        + q_tokens // max(n_q, 1)
+                        + answer_len
+                    )
+                    total = calls * per + n_faults * rubric_tokens
+                    name = _engine_name(engine)
+                    rows.append(
+                        PlanRow(spec.label, name, calls, total, None, calls, _price(engine))
+                    )
+                    continue
             if engine.backend == "reference":  # no model, no prompt
                 rows.append(PlanRow(spec.label, "reference (no LLM)", calls, 0))
                 continue

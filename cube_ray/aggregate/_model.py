@@ -41,6 +41,7 @@ __all__ = [
     "NO_JUDGE_SEPARATES",
     "NO_RETRIEVED_QUESTIONS",
     "SCHEMA_VERSION",
+    "UNQUALIFIED_JUDGE",
     "AcrossJudges",
     "Counts",
     "CrossJudgeFigure",
@@ -72,7 +73,10 @@ MISSING_SCORES = "missing_scores"
 """A normalised figure is undefined: a bound or the system has no score."""
 NO_RETRIEVED_QUESTIONS = "no_retrieved_questions"
 """A normalised figure is undefined: the system retrieved no gold document."""
-# Issue 29 adds ``bound_unavailable`` here (a bound set whose answers are down).
+UNQUALIFIED_JUDGE = "misses_faults"
+"""A judge left out: it misses an expected fault kind on the weighted total (§12,
+``aggregate.require_qualification``)."""
+# ``bound_unavailable`` / ``system_unavailable``: cube_ray.aggregate._availability.
 
 
 class _Model(BaseModel):

@@ -57,6 +57,11 @@ class BoundsOptions(StrictModel):
     """Leave judges whose weighted bounds are not separated out of the
     across-judge figures (the flags stay either way)."""
 
+    require_qualification: bool = False
+    """Leave judges that miss an expected fault kind on the weighted total
+    (CUBE_METHOD.md section 12, run config ``qualification``) out of the
+    across-judge figures (the flags stay either way)."""
+
 
 class AggregateOptions(BoundsOptions):
     """How summary figures are computed (CUBE_METHOD.md sections 5 to 8 and 10)."""

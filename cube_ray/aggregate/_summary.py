@@ -36,6 +36,7 @@ from cube_ray.aggregate._model import (
     NO_JUDGE_SEPARATES,
     NO_RETRIEVED_QUESTIONS,
     SCHEMA_VERSION,
+    UNQUALIFIED_JUDGE,
     Sample,
     Summary,
 )
@@ -58,6 +59,12 @@ from cube_ray.aggregate._parts import (
     _require,
 )
 from cube_ray.aggregate._parts_weights import _JudgeSeparation
+from cube_ray.aggregate._qualification import (
+    UNQUALIFIED,
+    QualificationInput,
+    QualificationResult,
+    qualify,
+)
 from cube_ray.aggregate._separation import NOT_SEPARATED
 
 __all__ = [
@@ -86,6 +93,7 @@ def summarize(
     options: AggregateOptions,
     sources: Mapping[str, str] | None = None,
     sample: Mapping[str, Any] | None = None,
+    qualification: QualificationInput | None = None,
 ) -> Summary:
     """Aggregate an answers and a scores table into the summary (summary.json).
 
@@ -105,6 +113,11 @@ def summarize(
             path}``), named in error messages.
         sample: The run's ``sample`` block (``cube_ray.sample.sample_block``),
             copied into the summary as ``sample``.
+        qualification: The run's faulted answers and their scores (CUBE_METHOD.md
+            section 12): adds ``judges.<judge>.qualification``, the "misses
+            faults" flags, and with ``require_qualification`` leaves judges
+            that miss an expected kind on the weighted total out of
+            ``across_judges``.
 
     Returns:
         The typed summary (undefined figures are None): ``judges.<judge>.
@@ -147,7 +160,7 @@ def summarize(
         >>> out.judges["j"].recall_at_k["rag"], out.judges["j"].cube["rag"]
         (0.6666666666666666, 41.666666666666664)
     """
-    out = _Aggregation(answers, scores, options, sources or {}).run()
+    out = _Aggregation(answers, scores, options, sources or {}, qualification).run()
     if sample is None:
         return out
     return out.model_copy(update={"sample": Sample.model_validate(dict(sample))})
@@ -160,7 +173,9 @@ class _Aggregation(_JudgeSeparation):
         scores: pl.DataFrame,
         options: AggregateOptions,
         sources: Mapping[str, str],
+        qualification: QualificationInput | None = None,
     ) -> None:
+        self.qualification = qualification
         self.a_src = sources.get("answers", "answers table")
         self.s_src = sources.get("scores", "scores table")
         _require(answers, _ANSWER_COLUMNS, "answers", self.a_src)
@@ -240,6 +255,13 @@ class _Aggregation(_JudgeSeparation):
         )
         separation = self._separation(weights, wide)
         used = self._used_judges(separation)
+        qual = self._qualify()
+        separated_judges = used
+        if qual is not None and self.options.require_qualification:
+            used = {
+                s: [j for j in js if j not in qual.unqualified]
+                for s, js in used.items()
+            }
         used_pairs = pl.DataFrame(
             [(s, j) for s, judges in used.items() for j in judges],
             schema={schema.SYSTEM: pl.String, schema.JUDGE: pl.String},
@@ -261,11 +283,28 @@ class _Aggregation(_JudgeSeparation):
             separation=separation,
             used=used,
         )
-        if not self.failed_sets:
+        if not self.failed_sets and qual is None:
             return out
         data = out.model_dump(mode="json")
+        if qual is not None:  # CUBE_METHOD.md section 12
+            self._add_qualification(data, qual, separated_judges)
         self._no_verdict_for_failed_sets(data)
         return Summary.model_validate(data)
+
+    @staticmethod
+    def _add_qualification(
+        out: dict[str, Any],
+        qual: QualificationResult,
+        separated_judges: Mapping[str, list[str]],
+    ) -> None:
+        """Each judge's qualification block; who is left out for its faults."""
+        for j, block in qual.block.items():
+            out["judges"][j]["qualification"] = block
+        why = {"code": UNQUALIFIED_JUDGE, "text": UNQUALIFIED}
+        for s, across in out["across_judges"].items():
+            for j in set(across["excluded"]) & qual.unqualified:
+                if j in separated_judges[s]:  # left out for its faults only
+                    across["excluded"][j] = dict(why)
 
     def _no_verdict_for_failed_sets(self, out: dict[str, Any]) -> None:
         """Sets with no usable answer (section 10): no verdict, and why.
@@ -315,6 +354,21 @@ class _Aggregation(_JudgeSeparation):
                 excluded={j: dict(why) for j in self.judges},
                 reason=dict(why),
             )
+
+    def _qualify(self) -> QualificationResult | None:
+        """The qualification block and its flags (None without qualification)."""
+        if self.qualification is None:
+            return None
+        qual = qualify(
+            self.scores,
+            self.qualification,
+            judges=self.judges,
+            dimensions=self.dimensions,
+            weights=self.options.weights,
+            alpha=self.options.alpha,
+        )
+        self.flags.extend(qual.flags)
+        return qual
 
     def _assemble(
         self,

@@ -3,7 +3,9 @@
 Runs every judge of a run config on the injection set and on a small
 bound-separation sample of the config's own corpus (see
 :mod:`cube_ray.judge_check`) and prints, per judge, the shift of each
-injection pattern and the bound gap and p (CUBE_METHOD.md section 10).
+injection pattern and the bound gap and p (CUBE_METHOD.md section 10), and,
+when the config has a ``qualification`` section, a kinds x dimensions table of
+the controlled faults (section 12).
 
 Exit codes: 0 when every judge passes, 1 when a judge fails a check, 2 for
 bad input (config, corpus, options) or a generator that cannot run.
@@ -100,6 +102,12 @@ def format_results(results: dict[str, Any]) -> str:
         f"p < {t['alpha']}, trim {t['trim']}) and no injection raising the mean "
         f"score by more than {t['max_shift']}",
     ]
+    if s.get("fault_kinds"):
+        lines.append(
+            f"faults: {s['faulted_answers']} faulted answers "
+            f"({', '.join(s['fault_kinds'])}); pass: each expected kind detected "
+            f"(drop >= {t['min_drop']} and p < {t['alpha']})"
+        )
     for name, r in results["judges"].items():
         lines.append("")
         model = f", {r['model']}" if r.get("model") else ""
@@ -127,12 +135,38 @@ def format_results(results: dict[str, Any]) -> str:
                     f"  {pattern:<24} {row['n']:>3} {row['clean']:>6.2f} "
                     f"{row['injected']:>6.2f} {row['shift']:>+6.2f}{flag}"
                 )
+        if r.get("qualification"):
+            lines.extend(_fault_table(r["qualification"]))
         lines.extend(f"  failure: {x}" for x in r["failures"])
         lines.extend(f"  warning: {x}" for x in r["warnings"])
     passed = sum(r["ok"] for r in results["judges"].values())
     lines.append("")
     lines.append(f"{passed} of {len(results['judges'])} judges pass")
     return "\n".join(lines)
+
+
+def _fault_table(block: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """Kinds x dimensions: the mean drop, its p and whether it is detected.
+
+    One cell is ``drop/p`` with ``*`` when detected (CUBE_METHOD.md section 12).
+    """
+    figures = list(next(iter(block.values())))
+    width = max(14, *(len(f) + 2 for f in figures))
+    head = "".join(f"  {f:>{width}}" for f in figures)
+    lines = [f"  {'faults (drop/p)':<16} {'n':>3}{head}"]
+    for kind, per in block.items():
+        n = max((t["n"] for t in per.values()), default=0)
+        cells = "".join(f"  {_cell(t):>{width}}" for t in (per[f] for f in figures))
+        lines.append(f"  {kind:<16} {n:>3}{cells}")
+    lines.append("  (* detected: drop >= min_drop and p < alpha)")
+    return lines
+
+
+def _cell(test: dict[str, Any]) -> str:
+    if test["drop"] is None:
+        return "-"
+    mark = "*" if test["detected"] else " "
+    return f"{test['drop']:+.2f}/{test['p_value']:.2g}{mark}"
 
 
 def _run_check(args: argparse.Namespace) -> int:

@@ -36,11 +36,20 @@ from cube_ray.stages import (
     question_inputs,
     system_inputs,
 )
+from cube_ray.stages.qualify import (
+    FaultStage,
+    fault_inputs,
+    qualification_judge_inputs,
+)
 from cube_ray.systems.kinds import system_kind
 
 __all__ = [
     "ANSWERS",
     "DOCUMENTS",
+    "FAULTS",
+    "QUALIFICATION",
+    "QUALIFICATION_SCORES",
+    "QUALIFICATION_TABLES",
     "QUESTIONS",
     "SCORES",
     "TABLES",
@@ -55,11 +64,22 @@ QUESTIONS: Final = "questions"
 ANSWERS: Final = "answers"
 SCORES: Final = "scores"
 TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
+QUALIFICATION: Final = "qualification"
+"""The faulted answers (CUBE_METHOD.md section 12; config ``qualification``)."""
+QUALIFICATION_SCORES: Final = "qualification_scores"
+"""The judges' scores of the faulted answers (``system`` = the fault kind)."""
+QUALIFICATION_TABLES = (QUALIFICATION, QUALIFICATION_SCORES)
+FAULTS: Final = "faults"
+"""Source of the fault stage: the sampled full-bound answers."""
 
-Source = Literal["documents", "questions", "qdocs", "answers"]
+Source = Literal[
+    "documents", "questions", "qdocs", "answers", "faults", "qualification"
+]
 """Where a stage's rows come from: ``documents``; ``questions``; ``qdocs``
 (questions joined with their gold document); ``answers`` (every answer joined
-with its question and gold document)."""
+with its question and gold document); ``faults`` (the full-bound answers of the
+qualification sample, with their gold documents); ``qualification`` (the built
+faults with their questions and gold documents)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,11 @@ class Inputs:
     """Arguments of ``expand``: the fingerprint(s) that go into each row's hash."""
     per_row: int = 1
     """Stage rows per source row (the bounds: 2; a judge: one per dimension)."""
+    by_wave: bool = True
+    """Each wave of the run gets its own share of the rows; False: every wave
+    gets all of them (the fault stage: each fault needs every sampled
+    document as a donor; rows already written are skipped, so a later wave
+    only adds what its answers made possible)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +218,9 @@ def stage_graph(
         kind = system_kind(system)
         parts = [
             json.dumps(
-                system.model_dump(mode="json", exclude={"pool"}), sort_keys=True
+                # ``model`` only declares who wrote the answers (for flags).
+                system.model_dump(mode="json", exclude={"pool", "model"}),
+                sort_keys=True,
             ),
             answer_tpl,
             *kind.fingerprint_parts(system, generator_fp=gen_fp, corpus_fp=corpus_fp),
@@ -228,10 +255,8 @@ def stage_graph(
     answer_stages = tuple(s.label for s in specs if s.table == ANSWERS)
     rubrics = config.rubrics()
     dims = list(rubrics)
-    judge_tpl = template_text(config.prompts.judge)
     for judge, engine in config.judges.items():
-        efp = engine_fingerprint(engine)
-        fps = {d: stable_hash(efp, judge_tpl, rubrics[d]) for d in dims}
+        fps = _judge_fingerprints(config, engine)
         specs.append(
             StageSpec(
                 f"scores:{judge}",
@@ -253,6 +278,80 @@ def stage_graph(
                 engines=(engine,),
                 after=answer_stages,
                 owners=((f"judges.{judge}", engine),),
+            )
+        )
+    if config.qualification is not None:
+        specs += _qualification_specs(config)
+    return specs
+
+
+def _judge_fingerprints(config: RunConfig, engine: Any) -> dict[str, str]:
+    """Dimension -> hash of (judge engine, judge template, rubric).
+
+    The same for a judge's scores of the answers and of the faulted answers.
+    """
+    rubrics = config.rubrics()
+    efp = engine_fingerprint(engine)
+    tpl = template_text(config.prompts.judge)
+    return {d: stable_hash(efp, tpl, r) for d, r in rubrics.items()}
+
+
+def _qualification_specs(config: RunConfig) -> list[StageSpec]:
+    """The fault stage after the bounds, and one judge stage per judge after it.
+
+    The judges score the faulted answers with the run's own prompt, rubrics and
+    engine pools (CUBE_METHOD.md section 12); their rows resume like any other.
+    """
+    qual = config.qualification
+    assert qual is not None
+    fault_fp = stable_hash(
+        json.dumps(qual.model_dump(mode="json", exclude={"min_drop"}), sort_keys=True)
+    )
+    pool = PoolConfig(min_size=1, max_size=1, num_cpus=0, batch_size=256)
+    specs = [
+        StageSpec(
+            QUALIFICATION,
+            QUALIFICATION,
+            FaultStage,
+            {},
+            Inputs(
+                FAULTS,
+                fault_inputs,
+                {"kinds": list(qual.kinds), "seed": qual.seed, "fingerprint": fault_fp},
+                per_row=len(qual.kinds),
+                by_wave=False,
+            ),
+            pool,
+            after=("answers:bounds",),
+        )
+    ]
+    dims = [d.name for d in config.dimensions]
+    rubrics = config.rubrics()
+    for judge, engine in config.judges.items():
+        specs.append(
+            StageSpec(
+                f"{QUALIFICATION}:{judge}",
+                QUALIFICATION_SCORES,
+                JudgeStage,
+                {
+                    "judge": judge,
+                    "engine": engine,
+                    "rubrics": rubrics,
+                    "template": config.prompts.judge,
+                },
+                Inputs(
+                    QUALIFICATION,
+                    qualification_judge_inputs,
+                    {
+                        "judge": judge,
+                        "fingerprints": _judge_fingerprints(config, engine),
+                        "dimensions": dims,
+                    },
+                    per_row=len(dims),
+                ),
+                _light(engine),
+                engines=(engine,),
+                after=(QUALIFICATION,),
             )
         )
     return specs

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.errors import InputError
-from cube_ray.pipeline.method import TABLES
+from cube_ray.pipeline.method import QUALIFICATION_TABLES, TABLES
 from cube_ray.stages import NODE_ID
 
 __all__ = [
@@ -197,7 +197,7 @@ def _swap_dir(new: Path, target: Path) -> None:
 
 
 def _heal_swaps(run_dir: Path) -> None:
-    for name in TABLES:
+    for name in TABLES + QUALIFICATION_TABLES:
         target = run_dir / name
         old = run_dir / f".{name}.old"
         if old.exists() and not target.exists():

@@ -47,6 +47,9 @@ from cube_ray.pipeline.intake import Intake
 from cube_ray.pipeline.method import (
     ANSWERS,
     DOCUMENTS,
+    FAULTS,
+    QUALIFICATION,
+    QUALIFICATION_TABLES,
     QUESTIONS,
     SCORES,
     TABLES,
@@ -66,12 +69,19 @@ from cube_ray.pipeline.parts import (
     set_aside_corrupt,
 )
 from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
+from cube_ray.pipeline.qualify import (
+    faults_source,
+    qualification_input,
+    qualification_source,
+)
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
+from cube_ray.qualification import own_model_flags
 from cube_ray.stages import ANSWER_HASH, DOC_HASH, JUDGE_SOURCE
+from cube_ray.stages.qualify import SAMPLED
 from cube_ray.systems.kinds import system_kind
 
 if TYPE_CHECKING:
@@ -198,6 +208,11 @@ class _Step:
         return after
 
 
+_SAMPLE_SOURCES = {FAULTS: faults_source, QUALIFICATION: qualification_source}
+"""Sources of the qualification stages (CUBE_METHOD.md section 12), always read
+on the driver: a few hundred rows whatever the run's size."""
+
+
 def _atomic_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
@@ -227,7 +242,8 @@ class _Driver(StageRunner, Compaction, DataOps, SampleSelection, Intake):
     def run_spec(self, spec: StageSpec, wave: int = 0, waves: int = 1) -> None:
         """Build a stage's inputs (of one wave) from its recipe and run it."""
         recipe = spec.inputs
-        source, count = self._wave_source(recipe.source, wave, waves)
+        split = (wave, waves) if recipe.by_wave else (0, 1)
+        source, count = self._wave_source(recipe.source, *split)
         if waves > 1 and count == 0:  # a small corpus may leave a wave empty
             self.stats.setdefault(spec.label, StageStats())
             return
@@ -241,11 +257,17 @@ class _Driver(StageRunner, Compaction, DataOps, SampleSelection, Intake):
         question, answers and scores are in the same wave.
         """
         column = schema.DOC_ID if name == DOCUMENTS else schema.QUESTION_ID
-        table = self._source_on_driver(name)
+        small = _SAMPLE_SOURCES.get(name)  # the qualification sample: filtered reads
+        table = (
+            small(self.run_dir, self.config) if small else self._source_on_driver(name)
+        )
         if table is not None:
             if waves > 1:
                 table = rows_in_wave(table, column=column, wave=wave, waves=waves)
-            return self.from_table(table), table.num_rows
+            count = table.num_rows
+            if SAMPLED in table.column_names:  # donor documents make no rows
+                count = sum(table.column(SAMPLED).to_pylist())
+            return self.from_table(table), count
         source, count = self._source(name)
         if waves > 1:
             # The wave's rows are kept in the object store (not on the
@@ -464,7 +486,7 @@ def summarize_run(
     a million-question run is long).
     """
     try:
-        from cube_ray.aggregate import summarize, with_intervals
+        from cube_ray.aggregate import Flag, summarize, with_intervals
         from cube_ray.sample import in_run_sample, load_strata
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
@@ -478,7 +500,20 @@ def summarize_run(
     scores = read_scores(str(run_dir / SCORES), lean=True)
     answers, scores = current_rows(config, run_dir, answers, scores)
     answers, scores, sample = in_run_sample(run_dir, answers, scores)
-    summary = summarize(answers, scores, options=options, sample=sample)
+    summary = summarize(
+        answers,
+        scores,
+        options=options,
+        sample=sample,
+        qualification=qualification_input(run_dir, config),
+    )
+    # CUBE_METHOD.md section 12: a judge of the generator's or a system's model.
+    own = own_model_flags(
+        config.judges, config.generator, {s.name: s.model for s in config.systems}
+    )
+    if own:
+        flags = [*summary.flags, *(Flag.model_validate(f) for f in own)]
+        summary = summary.model_copy(update={"flags": flags})
     if not intervals:
         return summary
     # Intervals follow the design (section 11): within strata for a sample.
@@ -665,7 +700,10 @@ def _run_stages(
             "incomplete": incomplete,
             "finished": _utc(),
             "stages": {k: v.as_dict() for k, v in driver.stats.items()},
-            "rows": {t: _rows_in(part_files(run_dir / t)) for t in TABLES},
+            "rows": {
+                t: _rows_in(part_files(run_dir / t))
+                for t in TABLES + (QUALIFICATION_TABLES if config.qualification else ())
+            },
             "failures": _failures(driver.stats),
             "summary": "summary.json" if summary_path else None,
             "report_error": None,

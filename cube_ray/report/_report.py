@@ -31,6 +31,7 @@ from cube_ray.report._cases import (
 from cube_ray.report._data import RunData, load_run
 from cube_ray.report._deps import require_report_deps
 from cube_ray.report._headline import console_lines, headline_section
+from cube_ray.report._qualification import qualification_section
 from cube_ray.report._render import Para, Section, render_html, render_markdown
 from cube_ray.report._sections import (
     bounds_section,
@@ -127,6 +128,7 @@ def build_sections(
         distributions_section(run),
         retrieval_section(run),
         bounds_section(run) if run.judges and run.systems else None,
+        qualification_section(run),
         variants_section(run),
         agreement_section(run),
         humans_section(run, human_ratings) if human_ratings is not None else None,

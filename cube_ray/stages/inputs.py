@@ -50,6 +50,14 @@ KEYS: dict[str, tuple[str, ...]] = {
     "questions": (schema.QUESTION_ID,),
     "answers": (schema.QUESTION_ID, schema.SYSTEM),
     "scores": (schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION),
+    # CUBE_METHOD.md section 12: faulted answers and their scores.
+    "qualification": (schema.QUESTION_ID, "kind"),
+    "qualification_scores": (
+        schema.QUESTION_ID,
+        schema.SYSTEM,
+        schema.JUDGE,
+        schema.DIMENSION,
+    ),
 }
 """Row key of each output table (unique after every completed run)."""
 

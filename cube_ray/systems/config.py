@@ -25,6 +25,11 @@ class _SystemBase(StrictModel):
     """Retrieval depth: rank scores are ``k + 2 - rank``; recall@k."""
     pool: PoolConfig = Field(default_factory=lambda: PoolConfig.model_validate({}))
     """Actor pool of this system's stage."""
+    model: str | None = None
+    """The model that writes this system's answers (a path or served name, as
+    a judge's ``model``), when known: a judge of the same model gets the flag
+    "judges its own model's answers" (CUBE_METHOD.md section 12). Not part of
+    the answers' fingerprint."""
 
     @field_validator("name")
     @classmethod

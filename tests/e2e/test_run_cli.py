@@ -211,6 +211,8 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
         },
     }
     cfg["allow_fake_engines"] = False
+    # The QA file's answers declare the tiny model as their writer (section 12).
+    cfg["systems"][0]["model"] = str(tiny_model_dir)
     cfg["ray"] = {"num_cpus": 4}
     cfg_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     run_dir = tmp_path / "run"
@@ -241,7 +243,12 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert "WARNING" not in proc.stderr
     assert "Traceback" not in proc.stderr
 
-    from cube_ray.aggregate import AggregateOptions, summarize, with_intervals
+    from cube_ray.aggregate import (
+        AggregateOptions,
+        Flag,
+        summarize,
+        with_intervals,
+    )
     from cube_ray.stages import (
         ANSWERS_OUT_SCHEMA,
         QUESTIONS_OUT_SCHEMA,
@@ -286,6 +293,23 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
         options=AggregateOptions(
             k={"rag": 8}, trim=0.1, weights="pearson", bounds_on="all"
         ),
+    )
+    # The run adds the section 12 flag of the judges that share the
+    # generator's (tiny) model and the system's declared one.
+    from cube_ray.config import RunConfig
+    from cube_ray.qualification import OWN_MODEL, own_model_flags
+
+    run_cfg = RunConfig.from_yaml(cfg_path)
+    own = own_model_flags(
+        run_cfg.judges, run_cfg.generator, {"rag": str(tiny_model_dir)}
+    )
+    assert {(f["flag"], f["judge"], f["system"]) for f in own} == {
+        (OWN_MODEL, judge, writer)
+        for judge in ("tiny-argmax", "tiny-expected")
+        for writer in ("generator", "rag")
+    }
+    expected = expected.model_copy(
+        update={"flags": [*expected.flags, *(Flag.model_validate(f) for f in own)]}
     )
     # The run's summary carries the headline's intervals (issue 23).
     expected = with_intervals(expected, run_answers, run_scores)

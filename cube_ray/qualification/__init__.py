@@ -1,0 +1,69 @@
+"""Controlled faults for qualifying judges (CUBE_METHOD.md section 12).
+
+Pure, deterministic functions, one per fault kind (``number``, ``entity``,
+``negation``, ``omission``, ``unsupported``), for Chinese and English answers:
+each copies a full-bound answer with exactly one controlled change built from
+its gold document (and, for ``entity`` and ``unsupported``, from donor
+documents), deterministic from ``(seed, question_id, kind)``; a kind that does
+not apply returns None (*skipped*). :func:`fault_rows` builds the rows of the
+run's ``qualification`` table. No Ray, no engines here.
+"""
+
+from cube_ray.qualification._compose import compose_answer
+from cube_ray.qualification._document import GoldDocument, parse_fields, split_items
+from cube_ray.qualification._family import OWN_MODEL, model_key, own_model_flags
+from cube_ray.qualification._kinds import (
+    FAULT_KINDS,
+    KINDS,
+    Fault,
+    FaultFn,
+    FaultKind,
+    Span,
+    entity_fault,
+    fault_rng,
+    make_fault,
+    negation_fault,
+    number_fault,
+    omission_fault,
+    unsupported_fault,
+)
+from cube_ray.qualification._numbers import (
+    NumberToken,
+    chinese_to_int,
+    int_to_chinese,
+    number_tokens,
+    number_values,
+    plausible_other,
+)
+from cube_ray.qualification._order import order_key, seeded_sample
+
+__all__ = [
+    "FAULT_KINDS",
+    "KINDS",
+    "OWN_MODEL",
+    "Fault",
+    "FaultFn",
+    "FaultKind",
+    "GoldDocument",
+    "NumberToken",
+    "Span",
+    "chinese_to_int",
+    "compose_answer",
+    "entity_fault",
+    "fault_rng",
+    "int_to_chinese",
+    "make_fault",
+    "model_key",
+    "negation_fault",
+    "number_fault",
+    "number_tokens",
+    "number_values",
+    "omission_fault",
+    "order_key",
+    "own_model_flags",
+    "parse_fields",
+    "plausible_other",
+    "seeded_sample",
+    "split_items",
+    "unsupported_fault",
+]
