@@ -184,7 +184,9 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                     total = calls * per + n_faults * rubric_tokens
                     name = _engine_name(engine)
                     rows.append(
-                        PlanRow(spec.label, name, calls, total, None, calls, _price(engine))
+                        PlanRow(
+                            spec.label, name, calls, total, None, calls, _price(engine)
+                        )
                     )
                     continue
             if engine.backend == "reference":  # no model, no prompt

@@ -68,12 +68,12 @@ from cube_ray.pipeline.parts import (
     part_files,
     set_aside_corrupt,
 )
-from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
 from cube_ray.pipeline.qualify import (
     faults_source,
     qualification_input,
     qualification_source,
 )
+from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph

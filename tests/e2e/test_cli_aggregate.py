@@ -70,6 +70,7 @@ def test_run_dir_writes_summary(run_dir: Path) -> None:
         "min_gap": 0.5,
         "alpha": 0.05,
         "require_separation": True,
+        "require_qualification": False,
     }
     assert not list(run_dir.glob(".summary.json.*"))  # no temp file left
     # Typed and versioned, with the headline's bootstrap intervals (issue 23).

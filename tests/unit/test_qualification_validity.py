@@ -256,7 +256,7 @@ def test_summary_keys_flags_and_headline_exclusion(docs: list[GoldDocument]) -> 
         qualification=QualificationInput(
             faults=frame, scores=qscores, expected=_expected(), min_drop=0.5
         ),
-    )
+    ).model_dump(mode="json")
     seeing = summary["judges"]["seeing"]["qualification"]
     assert all(seeing[k]["weighted"]["detected"] for k in KINDS)
     assert set(seeing["omission"]) == {*DIMS, "weighted"}
@@ -272,4 +272,5 @@ def test_summary_keys_flags_and_headline_exclusion(docs: list[GoldDocument]) -> 
     )
     across = summary["across_judges"]["rag"]
     assert across["judges"] == ["seeing"]
-    assert across["excluded"]["blind"].startswith("misses faults")
+    assert across["excluded"]["blind"]["code"] == "misses_faults"
+    assert across["excluded"]["blind"]["text"].startswith("misses faults")
