@@ -35,6 +35,7 @@ from cube_ray.credentials import is_credential_key, mask
 from cube_ray.engines.config import (
     ACCOUNTING_FIELDS,
     CODE_LOADING_ENV,
+    TRANSPORT_FIELDS,
     EngineConfig,
     FakeEngineConfig,
     JudgeConfig,
@@ -1198,12 +1199,6 @@ def _outside_paths(data: dict[str, Any], base: Path) -> list[str]:
     return problems
 
 
-_TRANSPORT_FIELDS = frozenset(
-    {"timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "max_concurrency"}
-)
-"""How an HTTP engine reaches its server: like the pool, not part of its outputs."""
-
-
 def engine_fingerprint(config: Any) -> str:
     """Hash of an engine config without its pool and transport settings.
 
@@ -1212,7 +1207,7 @@ def engine_fingerprint(config: Any) -> str:
     rows on resume: raising ``timeout_s`` and rerunning with
     ``--retry-failed`` redoes only the failed rows.
     """
-    present = _TRANSPORT_FIELDS & set(type(config).model_fields)
+    present = TRANSPORT_FIELDS & set(type(config).model_fields)
     data = config.model_dump(
         mode="json", exclude={"pool", *present, *ACCOUNTING_FIELDS}
     )

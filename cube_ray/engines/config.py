@@ -22,6 +22,7 @@ __all__ = [
     "CODE_LOADING_KWARGS",
     "SAFE_KWARG_VALUES",
     "SCORING_KEYS",
+    "TRANSPORT_FIELDS",
     "EmbeddedEngineConfig",
     "EngineConfig",
     "FakeEngineConfig",
@@ -255,6 +256,13 @@ class PriceConfig(StrictModel):
     completion: float = Field(ge=0)
     """Price of a million completion (output) tokens."""
 
+
+TRANSPORT_FIELDS = frozenset(
+    {"timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "max_concurrency"}
+)
+"""How an HTTP engine reaches its server: like the pool, not part of its outputs
+(raising ``timeout_s`` and rerunning with ``--retry-failed`` redoes only the
+failed rows)."""
 
 ACCOUNTING_FIELDS = frozenset({"price_per_mtok"})
 """Engine settings that change neither the engine nor its outputs: left out of

@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cube_ray.engines.config import ACCOUNTING_FIELDS, TRANSPORT_FIELDS
 from cube_ray.errors import ConfigError
 
 __all__ = [
@@ -59,9 +60,11 @@ NAMED_SECTIONS: dict[str, str] = {"systems": "name", "judges": ""}
 """Sections compared entry by entry (a list by its ``name`` key, a mapping by
 its keys): an added or dropped entry only adds or leaves out work."""
 
-_IGNORED_LEAVES = frozenset({"pool"})
-"""Keys ignored at any depth: pool and batch sizes change throughput, not
-outputs (as for ``engine_fingerprint``)."""
+_IGNORED_LEAVES = frozenset({"pool", *TRANSPORT_FIELDS, *ACCOUNTING_FIELDS})
+"""Keys ignored at any depth: pool and batch sizes, an HTTP engine's or
+system's timeout, retries and concurrency, and prices change throughput or
+cost, not outputs (as for ``engine_fingerprint``): raising ``timeout_s`` before
+``--retry-failed`` is the same run."""
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

@@ -116,10 +116,16 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Httpd(ThreadingHTTPServer):
+    # Up to max_concurrency (16) requests per actor connect at once: the
+    # default backlog of 5 would refuse some (connect_error), not time them out.
+    request_queue_size = 128
+
+
 @pytest.fixture
 def generator() -> Iterator[Server]:
     server = Server()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
+    httpd = _Httpd(("127.0.0.1", 0), _handler(server))
     httpd.daemon_threads = True
     server.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -227,22 +233,15 @@ def test_timed_out_bound_gives_no_verdict_then_retry_failed_completes(
     judge = summary["judges"]["reference"]
     assert judge["cube"]["rag"] is None
     assert set(judge["normalized"]["rag"].values()) == {None}
-    assert set(judge["null_reasons"]["rag"].values()) == {reason}
-    assert summary["across_judges"]["rag"]["reason"] == reason
+    why = {"code": "bound_unavailable", "text": reason}
+    assert all(v == why for v in judge["null_reasons"]["rag"].values())
+    assert summary["across_judges"]["rag"]["reason"] == why
     assert summary["across_judges"]["rag"]["cube"]["mean"] is None
     assert summary["counts"]["unavailable"]["zero"] == n
-    assert {
-        "flag": "unavailable answers",
-        "system": "zero",
-        "count": n,
-        "share": 1.0,
-    } in summary["flags"]
-    assert {
-        "flag": "bound unavailable",
-        "code": "bound_unavailable",
-        "system": "zero",
-        "reason": reason,
-    } in summary["flags"]
+    unavailable = {"flag": "unavailable answers", "system": "zero", "count": n}
+    bound = {"flag": "bound unavailable", "code": "bound_unavailable", "system": "zero"}
+    for want in (unavailable | {"share": 1.0}, bound | {"reason": reason}):
+        assert any(want.items() <= f.items() for f in summary["flags"]), want
     # The headline, the report and the manifest say there is no verdict, why.
     assert f"result:   rag: no verdict — {reason}; no CuBE" in out, out
     assert f"cube-ray: incomplete: rag: no verdict — {reason}" in err
@@ -257,7 +256,7 @@ def test_timed_out_bound_gives_no_verdict_then_retry_failed_completes(
     assert again.returncode == INCOMPLETE_EXIT_CODE, again.stderr
     assert f"cube-ray: rag: no verdict — {reason}" in again.stderr
     redone = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
-    assert redone["across_judges"]["rag"]["reason"] == reason
+    assert redone["across_judges"]["rag"]["reason"] == why
 
     # Fixed server, larger timeout_s: the rerun redoes only the failed rows.
     generator.broken = False
