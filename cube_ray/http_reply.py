@@ -1,8 +1,8 @@
 """One HTTP request with a whole-request deadline and a byte limit on the reply.
 
 Shared by the OpenAI-compatible engine, the HTTP system and the embedding
-client of dense retrieval, so a hostile or
-broken server meets the same bounds whichever of them calls it:
+client of dense retrieval, so a hostile or broken server meets the same bounds
+whichever of them calls it:
 
 * **deadline**: ``httpx`` times each phase (connect, each read), so a server
   that sends one byte a second never trips its read timeout; the whole
