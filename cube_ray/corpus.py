@@ -7,7 +7,9 @@ kept across batches is one 64-bit hash per document id (16 MB for 2M ids) to
 find duplicate ids.
 
 Every problem is an :class:`~cube_ray.errors.InputError` naming the file, the
-0-based row (line for JSONL, data row for CSV/Parquet) and the field.
+record's :class:`~cube_ray.errors.Place` (the 1-based line of a JSON Lines or
+CSV record, the header being line 1; the 1-based row of a Parquet file or JSON
+array) and the field.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import csv
 import difflib
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,11 +30,14 @@ import pyarrow.parquet as pq
 
 from cube_ray import schema
 from cube_ray.config import CorpusConfig
-from cube_ray.errors import InputError
+from cube_ray.errors import InputError, Place
 
 __all__ = [
     "Document",
     "content_hash",
+    "csv_place",
+    "csv_record_lines",
+    "csv_records",
     "iter_document_batches",
     "iter_records",
     "record_to_document",
@@ -87,7 +93,7 @@ def _value_text(value: Any, cfg: CorpusConfig) -> str | None:
 
 
 def record_to_document(
-    record: dict[str, Any], cfg: CorpusConfig, *, path: str, row: int
+    record: dict[str, Any], cfg: CorpusConfig, *, path: str, row: int | Place
 ) -> Document:
     """Turn one record into a document.
 
@@ -153,12 +159,57 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
                 line = raw.decode("utf-8-sig" if i == 0 else "utf-8")
             except UnicodeDecodeError as exc:
                 msg = (
-                    f"line {i + 1} is not valid UTF-8 ({exc.reason} at byte "
-                    f"{exc.start}); convert the file to UTF-8, e.g. "
-                    f"iconv -f GB18030 -t UTF-8"
+                    f"not valid UTF-8 ({exc.reason} at byte {exc.start} of the "
+                    "line); convert the file to UTF-8, e.g. iconv -f GB18030 -t UTF-8"
                 )
-                raise InputError(msg, path=str(path), row=i) from None
+                raise InputError(msg, path=str(path), line=i + 1) from None
             yield i, line
+
+
+def csv_records(
+    lines: Iterable[str], *, delimiter: str
+) -> Iterator[tuple[Place, dict[str, Any]]]:
+    r"""CSV records as ``csv.DictReader`` makes them, each with its start line.
+
+    The header is line 1; blank lines are skipped, and a quoted cell spanning
+    lines moves the next record down, so the line is the one an editor shows.
+
+    >>> lines = ["id,t\n", "\n", '1,"a\n', 'b"\n', "2\n"]
+    >>> [(str(p), r) for p, r in csv_records(lines, delimiter=",")]
+    [('line 3', {'id': '1', 't': 'a\nb'}), ('line 5', {'id': '2', 't': None})]
+    """
+    reader = csv.reader(lines, delimiter=delimiter)
+    header: list[str] | None = None
+    end = 0  # the line the previous record (or blank line) ended on
+    i = 0
+    for values in reader:
+        start, end = end + 1, reader.line_num
+        if not values:
+            continue
+        if header is None:
+            header = values
+            continue
+        # As DictReader: missing cells are None, extra ones a list under None.
+        rec: dict[Any, Any] = dict(zip(header, values, strict=False))
+        if len(values) > len(header):
+            rec[None] = values[len(header) :]
+        for name in header[len(values) :]:
+            rec[name] = None
+        yield Place(i, line=start), rec
+        i += 1
+
+
+def csv_place(path: str | Path, row: int, *, delimiter: str = ",") -> Place:
+    """The place (start line) of a CSV file's 0-based data row ``row``."""
+    lines = csv_record_lines(Path(path), delimiter=delimiter)
+    return Place(row, line=next(itertools.islice(lines, row, None), None))
+
+
+def csv_record_lines(path: Path, *, delimiter: str) -> Iterator[int | None]:
+    """The 1-based line on which each data record of a CSV file starts."""
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        for place, _ in csv_records(fh, delimiter=delimiter):
+            yield place.line
 
 
 def _is_json_array(path: Path) -> bool:
@@ -168,7 +219,7 @@ def _is_json_array(path: Path) -> bool:
     return head.startswith(b"[")
 
 
-def _json_array_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _json_array_records(path: Path) -> Iterator[tuple[Place, dict[str, Any]]]:
     """The records of a file holding one JSON array of objects.
 
     The whole file is parsed at once (such files are not streamed); a corpus
@@ -199,11 +250,11 @@ def _json_array_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 "expected an object per record"
             )
             raise InputError(msg, path=str(path), row=i)
-        yield i, record
+        yield Place(i), record
 
 
-def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Stream ``(row, record)`` pairs from the corpus file.
+def iter_records(cfg: CorpusConfig) -> Iterator[tuple[Place, dict[str, Any]]]:
+    """Stream ``(place, record)`` pairs from the corpus file.
 
     Raises:
         InputError: Unreadable file, invalid JSON or UTF-8, wrong shape.
@@ -233,13 +284,11 @@ def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
                     "write one object ({...}) per line"
                 )
                 raise InputError(msg, path=str(path), line=i + 1)
-            yield i, record
+            yield Place(i, line=i + 1), record
     elif fmt == "csv":
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
         lines = (line for _, line in _decoded_lines(path))
-        reader = csv.DictReader(lines, delimiter=delimiter)
-        for i, rec in enumerate(reader):
-            yield i, dict(rec)
+        yield from csv_records(lines, delimiter=delimiter)
     elif fmt == "parquet":
         try:
             pf = pq.ParquetFile(path)
@@ -249,7 +298,7 @@ def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
         row = 0
         for batch in pf.iter_batches(batch_size=4096):
             for rec in batch.to_pylist():
-                yield row, rec
+                yield Place(row), rec
                 row += 1
     elif fmt == "txt-folder":
         if not path.is_dir():
@@ -260,9 +309,9 @@ def iter_records(cfg: CorpusConfig) -> Iterator[tuple[int, dict[str, Any]]]:
                 text = file.read_bytes().decode("utf-8-sig")
             except UnicodeDecodeError as exc:
                 msg = f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
-                raise InputError(msg, path=str(file), row=i) from None
+                raise InputError(msg, path=str(file)) from None
             yield (
-                i,
+                Place(i),
                 {
                     "doc_id": file.relative_to(path).with_suffix("").as_posix(),
                     "title": file.stem,
@@ -284,15 +333,15 @@ def _id_hash(doc_id: str) -> int:
 
 
 def _documents_of(
-    records: Iterable[tuple[int, dict[str, Any]]], cfg: CorpusConfig
-) -> Iterator[tuple[int, Document, dict[str, Any]]]:
+    records: Iterable[tuple[Place, dict[str, Any]]], cfg: CorpusConfig
+) -> Iterator[tuple[Place, Document, dict[str, Any]]]:
     path = cfg.path
     if cfg.resolved_format == "txt-folder":
         for row, rec in records:
             text = rec["text"].strip()
             if not text:
                 msg = "empty document: the file holds no text"
-                raise InputError(msg, path=f"{path}/{rec['doc_id']}.txt", row=row)
+                raise InputError(msg, path=f"{path}/{rec['doc_id']}.txt")
             yield (
                 row,
                 Document(
@@ -373,8 +422,8 @@ class _ColumnCheck:
         self.seen: dict[str, None] = {}
 
     def watch(
-        self, records: Iterable[tuple[int, dict[str, Any]]]
-    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        self, records: Iterable[tuple[Place, dict[str, Any]]]
+    ) -> Iterator[tuple[Place, dict[str, Any]]]:
         """Pass records through, noting their keys while a name is unseen."""
         for row, record in records:
             if self.missing:
@@ -403,7 +452,7 @@ class _ColumnCheck:
 
 def _raise_duplicate(cfg: CorpusConfig, limit: int | None) -> None:
     """Second pass, only when a hash collided: name the rows of a duplicate id."""
-    seen: dict[str, int] = {}
+    seen: dict[str, Place] = {}
     for i, (row, doc, _) in enumerate(_documents_of(iter_records(cfg), cfg)):
         if limit is not None and i >= limit:
             break
@@ -414,7 +463,7 @@ def _raise_duplicate(cfg: CorpusConfig, limit: int | None) -> None:
                 else "the record hash (the record is an exact duplicate)"
             )
             msg = (
-                f"duplicate document id {doc.doc_id!r} (first at row "
+                f"duplicate document id {doc.doc_id!r} (first at "
                 f"{seen[doc.doc_id]}, by {how}); ids must be unique: dedupe the "
                 "corpus or choose another corpus.id_field"
             )

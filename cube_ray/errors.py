@@ -7,6 +7,8 @@ received, what was expected, and how to fix it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
     "INCOMPLETE_EXIT_CODE",
     "ClusterError",
@@ -15,6 +17,7 @@ __all__ = [
     "EngineError",
     "InputError",
     "MissingDependencyError",
+    "Place",
     "ResourceWaitError",
 ]
 
@@ -54,16 +57,46 @@ class ResourceWaitError(ClusterError):
     exit_code = 3
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a record sits in its input file, as a user finds it there.
+
+    Text files (JSON Lines, CSV/TSV) are located by the 1-based line an editor
+    shows (for CSV the header is line 1, so with one line per record data row
+    ``i`` is line ``i + 2``, the row number a spreadsheet shows too); other
+    files (Parquet, a JSON array) by the 1-based record number.
+
+    >>> str(Place(0, line=3))
+    'line 3'
+    >>> str(Place(0))
+    'row 1 (1-based)'
+    """
+
+    row: int
+    """0-based position of the record among the file's records."""
+    line: int | None = None
+    """1-based line where the record starts, for a text file."""
+
+    def __str__(self) -> str:
+        if self.line is not None:
+            return f"line {self.line}"
+        return f"row {self.row + 1} (1-based)"
+
+
 class InputError(CubeRayError):
     """An input file (corpus, question set, answers, scores) is invalid.
+
+    The message starts with where: ``file F, line N`` (text files) or
+    ``file F, row N (1-based)`` (Parquet and other tables), then the field.
 
     Args:
         message: What is wrong, what was expected and how to fix it.
         path: The offending file, if any.
-        row: 0-based row (or line) number in that file, if known.
+        row: The record: a :class:`Place`, or its 0-based position (shown
+            1-based), if known.
         field: The offending column or field, if known.
-        line: 1-based line of a text file (JSON Lines), shown as ``line N``
-            as an editor numbers it; given instead of ``row``.
+        line: 1-based line of a text file, shown as ``line N`` as an editor
+            numbers it; given instead of ``row``.
     """
 
     def __init__(
@@ -71,21 +104,24 @@ class InputError(CubeRayError):
         message: str,
         *,
         path: str | None = None,
-        row: int | None = None,
+        row: int | Place | None = None,
         field: str | None = None,
         line: int | None = None,
     ) -> None:
+        if line is not None:
+            row = Place(line - 1, line=line)
+        elif isinstance(row, int):
+            row = Place(row)
         self.path = path
-        self.row = row if line is None else line - 1
+        self.place = row
+        self.row = None if row is None else row.row
         self.field = field
-        self.line = line
+        self.line = None if row is None else row.line
         where = []
         if path is not None:
             where.append(f"file {path}")
-        if line is not None:
-            where.append(f"line {line}")
-        elif row is not None:
-            where.append(f"row {row}")
+        if row is not None:
+            where.append(str(row))
         if field is not None:
             where.append(f"field {field!r}")
         prefix = (", ".join(where) + ": ") if where else ""

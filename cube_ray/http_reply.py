@@ -1,7 +1,8 @@
 """One HTTP request with a whole-request deadline and a byte limit on the reply.
 
-Shared by the OpenAI-compatible engine and the HTTP system, so a hostile or
-broken server meets the same bounds whichever of them calls it:
+Shared by the OpenAI-compatible engine, the HTTP system and the embedding
+client of dense retrieval, so a hostile or broken server meets the same bounds
+whichever of them calls it:
 
 * **deadline**: ``httpx`` times each phase (connect, each read), so a server
   that sends one byte a second never trips its read timeout; the whole
@@ -20,10 +21,14 @@ timeout, ``DecodingError`` for a body that does not decompress) and
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["MAX_REPLY_BYTES", "BoundedReply", "send_bounded"]
+__all__ = ["MAX_REPLY_BYTES", "BoundedReply", "run_sync", "send_bounded"]
+
+T = TypeVar("T")
 
 MAX_REPLY_BYTES = 8 * 2**20
 """Largest reply body read (8 MiB); a longer one is ``response_too_large``."""
@@ -97,3 +102,21 @@ async def send_bounded(
             await resp.aclose()
 
     return await asyncio.wait_for(go(), timeout=timeout_s)
+
+
+def run_sync(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run ``factory()``'s coroutine to completion from synchronous code.
+
+    On a fresh event loop; if this thread already runs one (an async actor,
+    Jupyter), on a helper thread with its own loop instead of nesting loops.
+    """
+
+    async def main() -> T:
+        return await factory()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cube_ray import schema
-from cube_ray.errors import InputError
+from cube_ray.errors import InputError, Place
 
 __all__ = [
     "parquet_files",
@@ -272,7 +272,7 @@ def _check_columns(
         if not _accepts(dtype, field.type):
             found = _example(df, pl.col(field.name).is_not_null())
             example = (
-                f"; e.g. row {found[0]} has {field.name}={found[1][field.name]!r}"
+                f"; e.g. {Place(found[0])} has {field.name}={found[1][field.name]!r}"
                 if found
                 else ""
             )
@@ -406,7 +406,7 @@ def _locate_duplicate(
         )
         hit = _example(df, mask)
         if hit:
-            where.append(f"{path} row {hit[0]}")
+            where.append(f"{path} {Place(hit[0])}")
     raise InputError(
         f"duplicate rows for ({_fmt(values, key)}) in {' and '.join(where)}. "
         f"Expected one row per ({', '.join(key)}); drop or merge the duplicates.",

@@ -13,6 +13,7 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate import RATER
+from cube_ray.corpus import csv_place
 from cube_ray.errors import InputError
 
 __all__ = ["read_human_ratings"]
@@ -56,7 +57,7 @@ def read_human_ratings(path: str | Path) -> pl.DataFrame:
         raise InputError(
             f"score {raw[row, schema.SCORE]!r} is not a number (expected 0-10)",
             path=str(p),
-            row=row,
+            row=csv_place(p, row),
             field=schema.SCORE,
         )
     rater = (

@@ -10,6 +10,7 @@ BM25 index of the same documents, so hit positions index the same texts.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from cube_ray import schema
 from cube_ray.errors import EngineError, InputError, MissingDependencyError
+from cube_ray.http_reply import MAX_REPLY_BYTES, run_sync, send_bounded
 from cube_ray.retrieval.bm25 import (
     Hit,
     _file_lock,
@@ -45,6 +47,28 @@ Embedder = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 _META = "dense_meta.json"
 
 
+def _embeddings(body: bytes, n: int) -> tuple[npt.NDArray[np.float32] | None, str]:
+    """The ``n`` embedding rows of an OpenAI embeddings reply, or why not.
+
+    >>> _embeddings(b'{"data": [{"index": 0, "embedding": [1, 2]}]}', 1)[0]
+    array([[1., 2.]], dtype=float32)
+    >>> _embeddings(b'{"data": [{"index": 0, "embedding": [NaN, 2]}]}', 1)[1]
+    'non-finite embedding values'
+    >>> _embeddings(b'{"data": ', 1)[1][:18]
+    'malformed response'
+    """
+    try:
+        data = sorted(json.loads(body)["data"], key=lambda d: d["index"])
+        rows = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+    except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
+        return None, f"malformed response ({type(exc).__name__}: {str(exc)[:120]})"
+    if rows.ndim != 2 or rows.shape[0] != n:
+        return None, f"{rows.shape[0] if rows.ndim else 0} embeddings for {n} texts"
+    if not np.isfinite(rows).all():
+        return None, "non-finite embedding values"
+    return rows, ""
+
+
 def _normalise(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -60,8 +84,9 @@ class HttpEmbedder:
         model: Model name sent in requests.
         api_key: Bearer token, if the endpoint needs one.
         batch_size: Texts per request.
-        timeout_s: Per-request timeout.
+        timeout_s: Deadline of one request, reply body included.
         max_retries: Retries on 429/5xx, timeouts and connection errors.
+        max_bytes: Largest reply body read; a larger one fails at once.
         transport: An httpx transport instead of the network (tests).
     """
 
@@ -74,6 +99,7 @@ class HttpEmbedder:
         batch_size: int = 64,
         timeout_s: float = 60.0,
         max_retries: int = 3,
+        max_bytes: int = MAX_REPLY_BYTES,
         transport: Any = None,
     ) -> None:
         try:
@@ -87,40 +113,60 @@ class HttpEmbedder:
         self._url = base_url.rstrip("/") + "/embeddings"
         self._batch = batch_size
         self._retries = max_retries
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            timeout=timeout_s, headers=headers, transport=transport
-        )
+        self._timeout_s = timeout_s
+        self._max_bytes = max_bytes
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
 
     def _post(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return run_sync(lambda: self._post_async(texts))
+
+    async def _post_async(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        # Through the shared bounded reader: a server that drips one byte a
+        # second meets the whole-request deadline (httpx alone times each
+        # read), a huge body is dropped at the byte limit instead of held.
         httpx = self._httpx
         problem = ""
-        for attempt in range(self._retries + 1):
-            if attempt:
-                time.sleep(min(0.5 * 2 ** (attempt - 1), 10.0))
-            try:
-                resp = self._client.post(
-                    self._url, json={"model": self.model, "input": texts}
-                )
-            except httpx.TransportError as exc:
-                problem = type(exc).__name__
-                continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                problem = f"HTTP {resp.status_code}"
-                continue
-            if resp.status_code >= 400:
-                problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
+        async with httpx.AsyncClient(
+            timeout=self._timeout_s, headers=self._headers, transport=self._transport
+        ) as client:
+            for attempt in range(self._retries + 1):
+                if attempt:
+                    await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 10.0))
+                try:
+                    resp = await send_bounded(
+                        client,
+                        "POST",
+                        self._url,
+                        timeout_s=self._timeout_s,
+                        max_bytes=self._max_bytes,
+                        json={"model": self.model, "input": texts},
+                    )
+                except (TimeoutError, asyncio.TimeoutError):
+                    problem = f"no complete reply within timeout_s={self._timeout_s}"
+                    continue
+                except httpx.DecodingError as exc:
+                    problem = f"undecodable reply body ({exc})"
+                    break
+                except httpx.TransportError as exc:
+                    problem = type(exc).__name__
+                    continue
+                if resp.too_large:
+                    problem = (
+                        f"reply too large (over {self._max_bytes} bytes, "
+                        f"{resp.size} read)"
+                    )
+                    break
+                if resp.status_code == 429 or resp.status_code >= 500:
+                    problem = f"HTTP {resp.status_code}"
+                    continue
+                if resp.status_code >= 400:
+                    problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                    break
+                rows, problem = _embeddings(resp.body, len(texts))
+                if rows is not None:
+                    return _normalise(rows)
                 break
-            try:
-                data = sorted(resp.json()["data"], key=lambda d: d["index"])
-                rows = np.asarray([d["embedding"] for d in data], dtype=np.float32)
-            except (ValueError, KeyError, TypeError) as exc:
-                problem = f"malformed response ({exc})"
-                break
-            if rows.shape[0] != len(texts):
-                problem = f"{rows.shape[0]} embeddings for {len(texts)} texts"
-                break
-            return _normalise(rows)
         msg = (
             f"embedding endpoint {self._url} (model {self.model!r}) failed: "
             f"{problem}; check that it serves embeddings and is reachable"
@@ -138,8 +184,7 @@ class HttpEmbedder:
         return np.concatenate(parts)
 
     def close(self) -> None:
-        """Close the HTTP client."""
-        self._client.close()
+        """Nothing to close: each batch opens and closes its own client."""
 
 
 def build_dense_index(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cube_ray.errors import InputError
+from cube_ray.errors import InputError, Place
 
 __all__ = ["as_text", "parse_doc_ids", "read_rows", "require_columns"]
 
@@ -16,22 +17,25 @@ _CSV = (".csv", ".tsv")
 _JSONL = (".jsonl", ".ndjson", ".json")
 
 
-def read_rows(
-    path: str | Path, *, what: str
-) -> tuple[list[str], Iterable[dict[str, Any]]]:
+Rows = Iterable[tuple[Place, dict[str, Any]]]
+"""Records with the place of each in its file (for error messages)."""
+
+
+def read_rows(path: str | Path, *, what: str) -> tuple[list[str], Rows]:
     """Read a Parquet file or directory, a CSV/TSV file or a JSONL file as rows.
 
-    CSV values are read as strings (ids keep their leading zeros). Row numbers in
-    later errors are 0-based positions in the returned list (for JSONL: the line,
-    when the file has no blank lines).
+    CSV values are read as strings (ids keep their leading zeros). Each row
+    comes with its :class:`~cube_ray.errors.Place`: the 1-based line of a JSON
+    Lines or CSV record (the header is line 1), the 1-based row otherwise.
 
     Args:
         path: The file (or a directory of Parquet files).
         what: What the file holds, for error messages (``"QA file"``).
 
     Returns:
-        The column names (in file order) and the rows as dicts; Parquet and CSV
-        rows are made one at a time from the columnar table (large files).
+        The column names (in file order) and the ``(place, row)`` pairs, rows as
+        dicts; Parquet and CSV rows are made one at a time from the columnar
+        table (large files).
 
     Raises:
         InputError: If the file is missing, has an unknown suffix or cannot be parsed.
@@ -52,15 +56,26 @@ def read_rows(
                 msg = f"{what} is a directory without .parquet files"
                 raise InputError(msg, path=str(p))
             df = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
-            return df.columns, df.iter_rows(named=True)
+            return df.columns, _numbered(df.iter_rows(named=True))
         if suffix in _PARQUET:
             df = pl.read_parquet(p)
-            return df.columns, df.iter_rows(named=True)
+            return df.columns, _numbered(df.iter_rows(named=True))
         if suffix in _CSV:
-            df = pl.read_csv(
-                p, infer_schema=False, separator="\t" if suffix == ".tsv" else ","
+            separator = "\t" if suffix == ".tsv" else ","
+            df = pl.read_csv(p, infer_schema=False, separator=separator)
+            from cube_ray.corpus import csv_record_lines
+
+            # Should Python's csv split records otherwise than Polars, the
+            # rows past the last line it found fall back to 1-based rows.
+            lines = itertools.chain(
+                csv_record_lines(p, delimiter=separator), itertools.repeat(None)
             )
-            return df.columns, df.iter_rows(named=True)
+            return df.columns, (
+                (Place(i, line=line), row)
+                for i, (line, row) in enumerate(
+                    zip(lines, df.iter_rows(named=True), strict=False)
+                )
+            )
         if suffix in _JSONL:
             return _read_jsonl(p, what=what)
     except InputError:
@@ -75,10 +90,14 @@ def read_rows(
     raise InputError(msg, path=str(p))
 
 
-def _read_jsonl(path: Path, *, what: str) -> tuple[list[str], list[dict[str, Any]]]:
+def _numbered(rows: Iterable[dict[str, Any]]) -> Rows:
+    return ((Place(i), row) for i, row in enumerate(rows))
+
+
+def _read_jsonl(path: Path, *, what: str) -> tuple[list[str], Rows]:
     # Line by line, so that a bad line is reported with its number and values of
     # mixed types (ids as int in one row, str in another) do not break inference.
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Place, dict[str, Any]]] = []
     columns: dict[str, None] = {}
     with path.open("rb") as fh:
         is_array = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
@@ -94,7 +113,7 @@ def _read_jsonl(path: Path, *, what: str) -> tuple[list[str], list[dict[str, Any
                 msg = f"{what}: item {i + 1} is a {type(obj).__name__}, not an object"
                 raise InputError(msg, path=str(path), row=i)
             columns.update(dict.fromkeys(obj))
-            rows.append(obj)
+            rows.append((Place(i), obj))
         return list(columns), rows
     with path.open(encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -112,7 +131,7 @@ def _read_jsonl(path: Path, *, what: str) -> tuple[list[str], list[dict[str, Any
                 msg = f"{what}: line holds a {type(obj).__name__}, expected an object"
                 raise InputError(msg, path=str(path), line=lineno)
             columns.update(dict.fromkeys(obj))
-            rows.append(obj)
+            rows.append((Place(len(rows), line=lineno), obj))
     return list(columns), rows
 
 
@@ -129,7 +148,9 @@ def require_columns(
         raise InputError(msg, path=path, field=missing[0])
 
 
-def parse_doc_ids(value: object, *, path: str, row: int, field: str) -> list[str]:
+def parse_doc_ids(
+    value: object, *, path: str, row: int | Place, field: str
+) -> list[str]:
     """Ranked doc ids from a list, a JSON list string or a comma-separated string.
 
     >>> parse_doc_ids('["d1", "d2"]', path="f", row=0, field="r")
@@ -184,7 +205,7 @@ def parse_doc_ids(value: object, *, path: str, row: int, field: str) -> list[str
     return out
 
 
-def as_text(value: object, *, path: str, row: int, field: str) -> str | None:
+def as_text(value: object, *, path: str, row: int | Place, field: str) -> str | None:
     """A scalar cell as text (ids may be numbers); None stays None.
 
     >>> as_text(12, path="f", row=0, field="id")

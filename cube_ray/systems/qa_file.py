@@ -128,41 +128,38 @@ def _fill(con: sqlite3.Connection, config: QaFileSystemConfig) -> None:
     con.execute("PRAGMA journal_mode=OFF")
     con.execute("PRAGMA synchronous=OFF")
     con.execute(
-        "CREATE TABLE qa (key TEXT PRIMARY KEY, row INTEGER NOT NULL, "
+        "CREATE TABLE qa (key TEXT PRIMARY KEY, place TEXT NOT NULL, "
         "answer TEXT, retrieved TEXT NOT NULL) WITHOUT ROWID"
     )
     insert = "INSERT INTO qa VALUES (?, ?, ?, ?)"
-    for i, row in enumerate(rows):
-        key = as_text(row.get(key_field), path=path, row=i, field=key_field)
+    for at, row in rows:
+        key = as_text(row.get(key_field), path=path, row=at, field=key_field)
         if not key:
             msg = (
                 f"{key_field} is empty; every row needs the question "
                 f"{'text' if by_text else 'id'} it answers"
             )
-            raise InputError(msg, path=path, row=i, field=key_field)
+            raise InputError(msg, path=path, row=at, field=key_field)
         answer_value = row.get(config.answer_field)
         if answer_value is not None and not isinstance(answer_value, str):
             msg = (
                 f"answer has type {type(answer_value).__name__}; expected text or null"
             )
-            raise InputError(msg, path=path, row=i, field=config.answer_field)
+            raise InputError(msg, path=path, row=at, field=config.answer_field)
         retrieved = parse_doc_ids(
             row.get(config.retrieved_field),
             path=path,
-            row=i,
+            row=at,
             field=config.retrieved_field,
         )
         try:
-            con.execute(insert, (key, i, answer_value, json.dumps(retrieved)))
+            con.execute(insert, (key, str(at), answer_value, json.dumps(retrieved)))
         except sqlite3.IntegrityError:
             (first,) = con.execute(
-                "SELECT row FROM qa WHERE key = ?", (key,)
+                "SELECT place FROM qa WHERE key = ?", (key,)
             ).fetchone()
-            msg = (
-                f"{key_field} {key[:80]!r} repeats row {first}; keep one row per "
-                "question"
-            )
-            raise InputError(msg, path=path, row=i, field=key_field) from None
+            msg = f"{key_field} {key[:80]!r} repeats {first}; keep one row per question"
+            raise InputError(msg, path=path, row=at, field=key_field) from None
     con.commit()
 
 

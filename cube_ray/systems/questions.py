@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cube_ray import schema
-from cube_ray.errors import InputError
+from cube_ray.errors import InputError, Place
 from cube_ray.systems._tables import as_text, read_rows, require_columns
 
 if TYPE_CHECKING:
@@ -110,42 +110,42 @@ def load_question_file(
     require_columns(columns, required, path=where, what=what)
 
     known = set(known_doc_ids) if known_doc_ids is not None else None
-    seen: dict[str, int] = {}
+    seen: dict[str, Place] = {}
     out: dict[str, list[str | None]] = {name: [] for name in _OUT_COLUMNS}
-    for i, row in enumerate(rows):
+    for at, row in rows:
         question = as_text(
-            row.get(question_field), path=where, row=i, field=question_field
+            row.get(question_field), path=where, row=at, field=question_field
         )
         if not question:
             msg = "question is empty; remove the row or fill in the question"
-            raise InputError(msg, path=where, row=i, field=question_field)
-        doc_id = as_text(row.get(doc_col), path=where, row=i, field=doc_col)
+            raise InputError(msg, path=where, row=at, field=question_field)
+        doc_id = as_text(row.get(doc_col), path=where, row=at, field=doc_col)
         if not doc_id:
             msg = "gold doc id is empty; every question needs its gold document"
-            raise InputError(msg, path=where, row=i, field=doc_col)
+            raise InputError(msg, path=where, row=at, field=doc_col)
         if known is not None and doc_id not in known:
             msg = (
                 f"gold doc id {doc_id!r} is not a document of the corpus; check the "
                 "corpus id field or the question file"
             )
-            raise InputError(msg, path=where, row=i, field=doc_col)
+            raise InputError(msg, path=where, row=at, field=doc_col)
         if id_col is not None:
-            qid = as_text(row.get(id_col), path=where, row=i, field=id_col)
+            qid = as_text(row.get(id_col), path=where, row=at, field=id_col)
             if not qid:
                 msg = "question id is empty; fill it in or drop the id column"
-                raise InputError(msg, path=where, row=i, field=id_col)
+                raise InputError(msg, path=where, row=at, field=id_col)
         else:
             qid = question_id_for(doc_id, question)
         if qid in seen:
             msg = (
-                f"question id {qid!r} repeats row {seen[qid]}; question ids must be "
+                f"question id {qid!r} repeats {seen[qid]}; question ids must be "
                 "unique (without an id column: the same question for the same "
                 "document appears twice)"
             )
-            raise InputError(msg, path=where, row=i, field=id_col or question_field)
-        seen[qid] = i
+            raise InputError(msg, path=where, row=at, field=id_col or question_field)
+        seen[qid] = at
         ref = (
-            as_text(row.get(ref_col), path=where, row=i, field=ref_col)
+            as_text(row.get(ref_col), path=where, row=at, field=ref_col)
             if ref_col is not None
             else None
         )

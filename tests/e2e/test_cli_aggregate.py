@@ -129,7 +129,7 @@ def rewrite(path: Path, mutate: Any) -> None:
         (
             "scores",
             lambda df: df.with_columns(pl.col("score").cast(pl.String)),
-            ["field 'score'", "has type String", "row 0"],
+            ["field 'score'", "has type String", "row 1 (1-based)"],
         ),
         (
             "scores",
@@ -149,7 +149,7 @@ def rewrite(path: Path, mutate: Any) -> None:
                 .otherwise(pl.col("score"))
                 .alias("score")
             ),
-            ["row 5", "score 11.0 outside 0..10", "field 'score'"],
+            ["row 6 (1-based)", "score 11.0 outside 0..10", "field 'score'"],
         ),
         (
             "answers",
@@ -159,7 +159,7 @@ def rewrite(path: Path, mutate: Any) -> None:
                 .otherwise(pl.col("rank"))
                 .alias("rank")
             ),
-            ["row 2", "without rank", "system='rag@bm25'"],
+            ["row 3 (1-based)", "without rank", "system='rag@bm25'"],
         ),
     ],
 )

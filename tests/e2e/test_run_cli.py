@@ -54,7 +54,7 @@ def _missing_id(tmp: Path) -> str:
     recs = _records(tmp)
     del recs[1]["TASK_CODE"]
     _dump(tmp / "corpus.jsonl", recs)
-    return "row 1, field 'TASK_CODE': the id field is missing"
+    return "line 2, field 'TASK_CODE': the id field is missing"
 
 
 def _empty_doc(tmp: Path) -> str:
@@ -62,7 +62,7 @@ def _empty_doc(tmp: Path) -> str:
     for key in ("TASK_NAME", "DEPT_NAME", "accept_standard", "handle_time"):
         recs[2][key] = "无"
     _dump(tmp / "corpus.jsonl", recs)
-    return "row 2: empty document"
+    return "line 3: empty document"
 
 
 def _non_utf8(tmp: Path) -> str:
@@ -70,7 +70,7 @@ def _non_utf8(tmp: Path) -> str:
     _dump(tmp / "corpus.jsonl", recs[:2])
     with (tmp / "corpus.jsonl").open("ab") as fh:
         fh.write(json.dumps(recs[2], ensure_ascii=False).encode("gb18030") + b"\n")
-    return "row 2: line 3 is not valid UTF-8"
+    return "line 3: not valid UTF-8"
 
 
 def _bad_yaml(tmp: Path) -> str:
@@ -375,8 +375,9 @@ def test_repeated_qa_row_fails_before_any_stage(
     code = main(["run", str(cfg), "--out", str(run_dir), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"file {qa}, row {len(lines)}, field 'question_id'" in err
-    assert "repeats row 0" in err
+    # The repeated record is the file's last line; it repeats its first.
+    assert f"file {qa}, line {len(lines) + 1}, field 'question_id'" in err
+    assert "repeats line 1;" in err
     assert "Traceback" not in err
     # logs/: the run's Ray output (a quiet run); no stage table.
     assert sorted(p.name for p in run_dir.iterdir()) == [

@@ -82,7 +82,8 @@ def test_duplicate_ids_name_both_rows(tmp_path: Path) -> None:
         [{"id": "a", "name": "x"}, {"id": "b", "name": "y"}, {"id": "a", "name": "z"}],
     )
     with pytest.raises(
-        InputError, match=r"duplicate document id 'a' \(first at row 0"
+        InputError,
+        match=r"line 3, field .id.: duplicate document id .a. \(first at line 1,",
     ) as e:
         docs(cfg(path, fields=["name"]), batch_rows=1)
     assert (e.value.path, e.value.row, e.value.field) == (str(path), 2, "id")

@@ -128,7 +128,10 @@ def test_read_human_ratings(tmp_path: Path) -> None:
 
     bad = tmp_path / "bad.csv"
     bad.write_text("question_id,system,dimension,score\nq1,rag,relevance,seven\n")
-    with pytest.raises(InputError, match=r"row 0.*'seven' is not a number"):
+    with pytest.raises(
+        InputError,
+        match=r"bad\.csv, line 2, field 'score': score 'seven' is not a number",
+    ):
         read_human_ratings(bad)
 
     missing = tmp_path / "missing.csv"

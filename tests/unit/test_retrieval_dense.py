@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +21,7 @@ from cube_ray.errors import EngineError
 from cube_ray.retrieval import DenseIndex, HttpEmbedder, ensure_dense_index, rrf
 from cube_ray.systems import BuiltinRagSystemConfig, QuestionIn, build_system
 from cube_ray.systems.builtin_rag import BuiltinRagSystem
+from tests.hostile_server import hostile_server
 from tests.unit.test_retrieval import ZH_DOCS, ZH_QUERIES, write_documents
 
 DIM = 256
@@ -170,3 +172,37 @@ def test_builtin_rag_dense_and_hybrid(
 def test_dense_needs_an_endpoint() -> None:
     with pytest.raises(pydantic.ValidationError, match="embedding_url"):
         BuiltinRagSystemConfig(retriever="hybrid", embedding_model="m")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("behaviour", "expected"),
+    [
+        ("drip", "no complete reply within timeout_s=2"),
+        ("huge", "reply too large"),
+        ("notjson", "malformed response"),
+        ("nested", "malformed response"),
+        ("gzip", "undecodable reply body"),
+    ],
+)
+def test_http_embedder_hostile_server_is_one_clear_error(
+    behaviour: str, expected: str
+) -> None:
+    # A real server on 127.0.0.1 whose every reply is hostile: each one ends
+    # in one EngineError naming the endpoint and the cause, well within the
+    # deadline (the drip server would take a minute to finish its body).
+    with hostile_server([behaviour]) as hostile:
+        embed = HttpEmbedder(
+            base_url=hostile.url + "/v1", model="m", timeout_s=2.0, max_retries=1
+        )
+        t0 = time.monotonic()
+        with pytest.raises(EngineError, match=expected) as info:
+            embed(["居民身份证"])
+        elapsed = time.monotonic() - t0
+        embed.close()
+    assert "/v1/embeddings" in str(info.value)
+    # Two attempts of at most 2 s each plus one 0.5 s backoff.
+    assert elapsed < 8.0, elapsed
+    # A timeout is retried (the server may be busy); a reply that is too large
+    # or malformed would be the same again, so it is not.
+    assert hostile.hits[behaviour] == (2 if behaviour == "drip" else 1)

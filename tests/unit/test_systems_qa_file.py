@@ -117,7 +117,7 @@ def test_qa_file_missing_column_and_duplicates(tmp_path: Path) -> None:
         tmp_path / "b.jsonl",
         [{"question_id": "q1", "answer": "x", "retrieved_doc_ids": []}] * 2,
     )
-    with pytest.raises(InputError, match="repeats row 0") as info:
+    with pytest.raises(InputError, match=r"line 2, .*repeats line 1;") as info:
         _qa(dup)
     assert info.value.row == 1
     bad = tmp_path / "c.jsonl"
@@ -176,7 +176,7 @@ def test_question_file_errors(tmp_path: Path) -> None:
         tmp_path / "dup.jsonl",
         [{"question_id": "x", "question": "A?", "doc_id": "d"}] * 2,
     )
-    with pytest.raises(InputError, match="repeats row 0"):
+    with pytest.raises(InputError, match=r"line 2, .*repeats line 1;"):
         load_question_file(dup)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n", encoding="utf-8")
@@ -262,7 +262,7 @@ def test_temporary_index_is_removed_and_a_bad_file_leaves_no_index(
         ],
     )
     index_dir = tmp_path / "run" / "index"
-    with pytest.raises(InputError, match="repeats row 0") as info:
+    with pytest.raises(InputError, match=r"line 3, .*repeats line 1;") as info:
         build_qa_index(QaFileSystemConfig(path=str(dup)), index_dir)
     assert (info.value.path, info.value.row, info.value.field) == (
         str(dup),

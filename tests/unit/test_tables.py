@@ -78,7 +78,7 @@ def test_integer_rank_and_score_types_are_cast(tmp_path: Path) -> None:
         (
             "answers",
             lambda df: df.with_columns(pl.col("rank").cast(pl.String)),
-            ["field 'rank'", "has type String", "row 4", "integer"],
+            ["field 'rank'", "has type String", "row 5 (1-based)", "integer"],
         ),
         (
             "answers",
@@ -88,12 +88,12 @@ def test_integer_rank_and_score_types_are_cast(tmp_path: Path) -> None:
                 .otherwise(pl.col("rank"))
                 .alias("rank")
             ),
-            ["row 4", "field 'rank'", "without rank", "question_id='q0'"],
+            ["row 5 (1-based)", "field 'rank'", "without rank", "question_id='q0'"],
         ),
         (
             "answers",
             lambda df: df.with_columns(pl.col("rank") - 3),
-            ["negative rank", "row 4"],
+            ["negative rank", "row 5 (1-based)"],
         ),
         (
             "answers",
@@ -113,7 +113,7 @@ def test_integer_rank_and_score_types_are_cast(tmp_path: Path) -> None:
         (
             "answers",
             lambda df: df.with_columns(pl.lit("bm25").alias("system")),
-            ["unknown system 'bm25'", "row 0"],
+            ["unknown system 'bm25'", "row 1 (1-based)"],
         ),
         (
             "scores",
@@ -123,12 +123,12 @@ def test_integer_rank_and_score_types_are_cast(tmp_path: Path) -> None:
         (
             "scores",
             lambda df: df.with_columns(pl.col("score") * 2),
-            ["row 2", "score 18.0 outside 0..10", "judge='j'"],
+            ["row 3 (1-based)", "score 18.0 outside 0..10", "judge='j'"],
         ),
         (
             "scores",
             lambda df: df.with_columns(pl.col("score").fill_null(float("nan"))),
-            ["row 5", "outside 0..10"],
+            ["row 6 (1-based)", "outside 0..10"],
         ),
         (
             "scores",
@@ -143,7 +143,7 @@ def test_integer_rank_and_score_types_are_cast(tmp_path: Path) -> None:
         (
             "scores",
             lambda df: df.with_columns(pl.lit(None, pl.String).alias("judge")),
-            ["judge is null", "row 0"],
+            ["judge is null", "row 1 (1-based)"],
         ),
         ("scores", lambda df: df.drop("status"), ["lacks column", "'status'"]),
     ],
@@ -168,8 +168,8 @@ def test_duplicate_across_files_names_both(tmp_path: Path) -> None:
     write(s.tail(2), tmp_path / "scores" / "b.parquet")
     with pytest.raises(InputError, match="duplicate rows") as info:
         read_scores(tmp_path / "scores")
-    assert "a.parquet row 4" in str(info.value)
-    assert "b.parquet row 0" in str(info.value)
+    assert "a.parquet row 5 (1-based)" in str(info.value)
+    assert "b.parquet row 1 (1-based)" in str(info.value)
 
 
 def test_bad_value_in_second_file_names_it(tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_bad_value_in_second_file_names_it(tmp_path: Path) -> None:
     write(
         s.tail(3).with_columns(pl.col("score") + 10), tmp_path / "scores" / "b.parquet"
     )
-    with pytest.raises(InputError, match=r"b\.parquet, row 0"):
+    with pytest.raises(InputError, match=r"b\.parquet, row 1 \(1-based\)"):
         read_scores(tmp_path / "scores")
 
 
@@ -200,7 +200,7 @@ def test_validate_in_memory_names_the_source() -> None:
     assert validate_scores(cat, source="judge stage").schema[schema.JUDGE] == (
         pl.Categorical()
     )
-    with pytest.raises(InputError, match=r"^file judge stage, row 0"):
+    with pytest.raises(InputError, match=r"^file judge stage, row 1 \(1-based\)"):
         validate_scores(
             scores_frame().with_columns(pl.col("score") - 5), source="judge stage"
         )
