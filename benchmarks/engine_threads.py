@@ -1,6 +1,6 @@
 """CPU engine threads: prefill speed outside Ray and in a ``num_cpus=0.5`` host.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/engine_threads.py --rounds 3
+    PYTHONPATH=. .venv/bin/python benchmarks/engine_threads.py --out threads.json
 
 One random-weight Llama built like ``tests/tiny_model.py`` but wider
 (``--hidden`` 768, ``--layers`` 4, float32 as on a CPU without native
@@ -71,11 +71,12 @@ def _threads(_: Any) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=500)
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args()
 
     model = build_tiny_model(hidden_size=args.hidden, num_layers=args.layers)
@@ -91,19 +92,21 @@ def main() -> None:
     before_config = config.model_copy(update={"env": {**ENV, "OMP_NUM_THREADS": "1"}})
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
-    outside = build_engine(config)
-    prompts = _prompts(outside, args.prompts, args.tokens)
-    sampling = SamplingParams(max_tokens=1)
-
+    # Ray first: its raylet (and so every worker) inherits this process's
+    # environment, which vLLM changes once it has started here.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     pools = EnginePools()
-    engines: dict[str, Any] = {"outside": outside}
-    threads: dict[str, int] = {"outside": _threads(None)}
+    engines: dict[str, Any] = {}
+    threads: dict[str, int] = {}
     for name, cfg in (("before", before_config), ("after", config)):
         engines[name] = pools.factory([cfg], stage=name)(cfg)
         dispatcher = pools._pools[engine_id(cfg)][0]
         [host] = ray.get(dispatcher.hosts.remote())
         threads[name] = ray.get(host.__ray_call__.remote(_threads))
+    outside = build_engine(config)
+    engines["outside"], threads["outside"] = outside, _threads(None)
+    prompts = _prompts(outside, args.prompts, args.tokens)
+    sampling = SamplingParams(max_tokens=1)
 
     names = list(engines)
     for engine in engines.values():  # warm-up, not timed
@@ -138,7 +141,10 @@ def main() -> None:
     pools.close()
     outside.close()
     ray.shutdown()
-    print(json.dumps(result, indent=2))
+    text = json.dumps(result, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
