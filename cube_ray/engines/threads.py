@@ -73,9 +73,6 @@ def apply_engine_threads(config: Any) -> int | None:
     goes into the environment (vLLM's EngineCore subprocess inherits it; a
     fresh OpenMP runtime reads it), and where torch is loaded already its
     thread pool is resized too (OpenMP read the variable when it loaded).
-    The variable itself matters as well: vLLM 0.32 cuts torch to one thread
-    for serving unless ``OMP_NUM_THREADS`` is set (its log: "Reducing Torch
-    threads from 2 to 1 for serving").
     """
     threads = engine_threads(
         cpu_engine=bool(getattr(config, "cpu_engine", False)),
