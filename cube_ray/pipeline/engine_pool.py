@@ -114,7 +114,7 @@ class _EngineHost:
 
         # Before the engine loads torch: Ray gave this fractional-CPU worker
         # one thread (cube_ray.engines.threads says why that is wrong here).
-        self.threads = apply_engine_threads(config)
+        apply_engine_threads(config)
         start = time.perf_counter()
         self._engine = build_engine(config)
         self._startup = (uuid.uuid4().hex, time.perf_counter() - start)
