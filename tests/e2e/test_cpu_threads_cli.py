@@ -1,7 +1,7 @@
 """``pool.cpu_threads`` through ``cube-ray run``: accepted, or refused with exit 2.
 
 What the knob does inside an engine host is tested on a real vLLM engine in
-``tests/ray/test_engine_threads.py``.
+``tests/ray/test_engine_host_threads.py``.
 """
 
 from __future__ import annotations
