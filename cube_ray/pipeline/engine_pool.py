@@ -110,7 +110,11 @@ class _EngineHost:
         import ray
 
         from cube_ray.engines.registry import build_engine
+        from cube_ray.engines.threads import apply_engine_threads
 
+        # Before the engine loads torch: Ray gave this fractional-CPU worker
+        # one thread (cube_ray.engines.threads says why that is wrong here).
+        apply_engine_threads(config)
         start = time.perf_counter()
         self._engine = build_engine(config)
         self._startup = (uuid.uuid4().hex, time.perf_counter() - start)
