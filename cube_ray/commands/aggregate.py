@@ -401,6 +401,7 @@ def _run_config(run_dir: Path) -> Any:
     from pydantic import ValidationError
 
     from cube_ray.config import RunConfig
+    from cube_ray.errors import ConfigError
     from cube_ray.pipeline.ownership import read_manifest
 
     manifest = run_dir / "manifest.json"
@@ -409,12 +410,15 @@ def _run_config(run_dir: Path) -> Any:
         return None
     try:
         return RunConfig.model_validate(config)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "config"
+    except (ValidationError, ConfigError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            why = f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+        else:
+            why = str(exc)
         print(
             f"cube-ray: {manifest}: the run's config no longer validates "
-            f"({where}: {err['msg']}); the summary leaves out the qualification "
+            f"({why}); the summary leaves out the qualification "
             'and the "judges its own model\'s answers" flags (CUBE_METHOD.md '
             "section 12).",
             file=sys.stderr,

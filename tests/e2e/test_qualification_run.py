@@ -165,7 +165,8 @@ def test_run_writes_the_qualification_table_and_summary(
     assert j1["n"] >= 6
     assert not j1["detected"]  # random scores do not notice the appended claim
     assert "j1" not in across["judges"]
-    assert across["excluded"]["j1"].startswith("misses faults")
+    assert across["excluded"]["j1"]["code"] == "misses_faults"
+    assert across["excluded"]["j1"]["text"].startswith("misses faults")
     # The report's qualification section, in plain words.
     report = (run_dir / "report.md").read_text(encoding="utf-8")
     assert "Judge qualification (controlled faults)" in report
