@@ -94,6 +94,7 @@ if TYPE_CHECKING:
         Separation,
         Summary,
         SystemInterval,
+        WithoutOwnModel,
     )
     from cube_ray.aggregate._options import (
         AggregateOptions,
@@ -185,6 +186,7 @@ __all__ = [
     "Summary",
     "SystemInterval",
     "WeightsError",
+    "WithoutOwnModel",
     "bca_interval",
     "bleu",
     "bootstrap_cube",
@@ -271,6 +273,7 @@ _HOME = {
     "Reason": "_model",
     "Summary": "_model",
     "SystemInterval": "_model",
+    "WithoutOwnModel": "_model",
     "DEFAULT_INTERVAL": "_resample",
     "INTERVAL_METHODS": "_resample",
     "IntervalMethod": "_resample",

@@ -56,6 +56,7 @@ __all__ = [
     "Separation",
     "Summary",
     "SystemInterval",
+    "WithoutOwnModel",
 ]
 
 SCHEMA_VERSION = 2
@@ -162,7 +163,24 @@ class CrossJudgeFigure(_Model):
     n_judges: int
 
 
-_ACROSS_KEYS = ("judges", "excluded", "reason")
+class WithoutOwnModel(_Model):
+    """The across-judge CuBE without the judges of a writer's model (§12).
+
+    Beside the headline when a judge it averages has the flag "judges its own
+    model's answers" for the system (or for the generator, which writes every
+    system's bounds).
+    """
+
+    mean: float | None
+    """Mean CuBE of the other headline judges (None: no such judge)."""
+    sd: float | None
+    """Their sample SD (ddof = 1; None with fewer than two)."""
+    n_judges: int
+    judges: list[str]
+    """The headline judges kept (CuBE defined, not flagged)."""
+
+
+_ACROSS_KEYS = ("judges", "excluded", "reason", "without_own_model")
 
 
 class AcrossJudges(_Model):
@@ -179,6 +197,9 @@ class AcrossJudges(_Model):
     reason: Reason | None
     """Why there is no across-judge figure at all, if so."""
     figures: dict[str, CrossJudgeFigure]
+    without_own_model: WithoutOwnModel | None = None
+    """The CuBE without the judges that score their own model's answers (§12);
+    None when no headline judge has that flag for the system."""
 
     @model_validator(mode="before")
     @classmethod
@@ -193,6 +214,8 @@ class AcrossJudges(_Model):
     def _flatten(self, handler: Any) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
         out.update(out.pop("figures"))
+        if out.get("without_own_model") is None:  # only when a judge is flagged
+            out.pop("without_own_model", None)
         return out
 
 

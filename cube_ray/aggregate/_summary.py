@@ -41,6 +41,7 @@ from cube_ray.aggregate._model import (
     Summary,
 )
 from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._own_model import own_model_judges, without_own_model
 from cube_ray.aggregate._parts import (
     _ANSWER_COLUMNS,
     _FIGURE,
@@ -94,6 +95,7 @@ def summarize(
     sources: Mapping[str, str] | None = None,
     sample: Mapping[str, Any] | None = None,
     qualification: QualificationInput | None = None,
+    own_model: Sequence[Mapping[str, Any]] = (),
 ) -> Summary:
     """Aggregate an answers and a scores table into the summary (summary.json).
 
@@ -118,6 +120,11 @@ def summarize(
             faults" flags, and with ``require_qualification`` leaves judges
             that miss an expected kind on the weighted total out of
             ``across_judges``.
+        own_model: The run's "judges its own model's answers" flags
+            (:func:`cube_ray.qualification.own_model_flags`, CUBE_METHOD.md
+            section 12): added to ``flags``; each system whose headline
+            averages such a judge gets ``across_judges.<system>.
+            without_own_model``, the CuBE without it.
 
     Returns:
         The typed summary (undefined figures are None): ``judges.<judge>.
@@ -160,7 +167,9 @@ def summarize(
         >>> out.judges["j"].recall_at_k["rag"], out.judges["j"].cube["rag"]
         (0.6666666666666666, 41.666666666666664)
     """
-    out = _Aggregation(answers, scores, options, sources or {}, qualification).run()
+    out = _Aggregation(
+        answers, scores, options, sources or {}, qualification, own_model
+    ).run()
     if sample is None:
         return out
     return out.model_copy(update={"sample": Sample.model_validate(dict(sample))})
@@ -174,8 +183,10 @@ class _Aggregation(_JudgeSeparation):
         options: AggregateOptions,
         sources: Mapping[str, str],
         qualification: QualificationInput | None = None,
+        own_model: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.qualification = qualification
+        self.own_model = [dict(f) for f in own_model]
         self.a_src = sources.get("answers", "answers table")
         self.s_src = sources.get("scores", "scores table")
         _require(answers, _ANSWER_COLUMNS, "answers", self.a_src)
@@ -184,7 +195,7 @@ class _Aggregation(_JudgeSeparation):
         self.scores = scores
         self.options = options
         self.notes: list[str] = []
-        self.flags: list[dict[str, Any]] = []
+        self.flags: list[dict[str, Any]] = [dict(f) for f in self.own_model]
         self.engine: Any = (
             "streaming" if scores.height > _STREAMING_ROWS else "in-memory"
         )
@@ -283,13 +294,29 @@ class _Aggregation(_JudgeSeparation):
             separation=separation,
             used=used,
         )
-        if not self.failed_sets and qual is None:
+        if not self.failed_sets and qual is None and not self.own_model:
             return out
         data = out.model_dump(mode="json")
         if qual is not None:  # CUBE_METHOD.md section 12
             self._add_qualification(data, qual, separated_judges)
         self._no_verdict_for_failed_sets(data)
+        self._add_without_own_model(data)
         return Summary.model_validate(data)
+
+    def _add_without_own_model(self, out: dict[str, Any]) -> None:
+        """Beside each headline, the CuBE without its own-model judges (§12).
+
+        From the final jury (after every exclusion), so it differs from the
+        headline only by the flagged judges.
+        """
+        for s, across in out["across_judges"].items():
+            block = without_own_model(
+                {j: out["judges"][j]["cube"].get(s) for j in self.judges},
+                across["judges"],
+                own_model_judges(self.own_model, s),
+            )
+            if block is not None:
+                across["without_own_model"] = block
 
     @staticmethod
     def _add_qualification(

@@ -4,10 +4,14 @@ Usage::
 
     cube-ray aggregate (RUN_DIR | --answers PATH --scores PATH) [--k 8]
         [--trim 0.1] [--weights pearson|equal|FILE.json] [--bounds-on all|paired]
-        [--resamples 1000] [--seed 0] [--interval bca|percentile] [--out FILE]
+        [--require-qualification] [--resamples 1000] [--seed 0]
+        [--interval bca|percentile] [--out FILE]
 
 The summary carries the headline's bootstrap intervals (``intervals``), which
-the report and ``cube-ray plan`` read.
+the report and ``cube-ray plan`` read. With RUN_DIR it is the summary the run
+wrote: the run's options and config (``manifest.json``) give the qualification
+blocks and the "judges its own model's answers" flags (CUBE_METHOD.md
+section 12); flags override the options.
 """
 
 from __future__ import annotations
@@ -92,6 +96,14 @@ def register(subparsers: Any) -> None:
         default=None,
         help="keep judges whose bounds are not separated in the across-judge"
         " figures (they stay flagged)",
+    )
+    parser.add_argument(
+        "--require-qualification",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="leave judges that miss an expected fault kind on the weighted total"
+        " out of the across-judge figures (default: the run's own"
+        " aggregate.require_qualification, else no; CUBE_METHOD.md section 12)",
     )
     parser.add_argument(
         "--resamples",
@@ -196,6 +208,7 @@ def _options(args: argparse.Namespace, weights: Any) -> Any:
             min_gap=args.min_gap,
             alpha=args.alpha,
             require_separation=args.require_separation,
+            require_qualification=args.require_qualification,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -240,20 +253,24 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args, weights)
     answers = read_answers(answers_path)
     scores = read_scores(scores_path)
-    sample = strata = None
-    if args.run_dir:  # a run's planned sample: its questions, and its block
-        from cube_ray.sample import in_run_sample, load_strata
-
-        answers, scores, sample = in_run_sample(args.run_dir, answers, scores)
-        strata = load_strata(args.run_dir)  # the bootstrap follows the design
+    sources = {"answers": str(answers_path), "scores": str(scores_path)}
+    strata = None
     try:
-        summary = summarize(
-            answers,
-            scores,
-            options=options,
-            sources={"answers": str(answers_path), "scores": str(scores_path)},
-            sample=sample,
-        )
+        if args.run_dir:  # the summary the run writes (see summarize_tables)
+            from cube_ray.pipeline.run import summarize_tables
+            from cube_ray.sample import load_strata
+
+            summary, answers, scores = summarize_tables(
+                Path(args.run_dir),
+                answers,
+                scores,
+                options=options,
+                config=_run_config(Path(args.run_dir)),
+                sources=sources,
+            )
+            strata = load_strata(args.run_dir)  # the bootstrap follows the design
+        else:
+            summary = summarize(answers, scores, options=options, sources=sources)
     except WeightsError as exc:
         raise InputError(str(exc), path=_weights_source(args), field=exc.key) from None
     if args.resamples < 0:
@@ -296,6 +313,7 @@ _DEFAULTS: dict[str, Any] = {
     "min_gap": 0.5,
     "alpha": 0.05,
     "require_separation": True,
+    "require_qualification": False,
 }
 """The options' values when neither a flag nor the run's manifest gives one."""
 
@@ -360,9 +378,52 @@ def _from_manifest(args: argparse.Namespace, run_dir: Path) -> None:
             }
         args.weights = weights
         args.weights_source = f"{run_dir / 'manifest.json'} (aggregate.weights)"
-    for name in ("trim", "bounds_on", "min_gap", "alpha", "require_separation"):
+    for name in (
+        "trim",
+        "bounds_on",
+        "min_gap",
+        "alpha",
+        "require_separation",
+        "require_qualification",
+    ):
         if getattr(args, name) is None and agg.get(name) is not None:
             setattr(args, name, agg[name])
+
+
+def _run_config(run_dir: Path) -> Any:
+    """The run's config from ``manifest.json`` (None if absent or invalid).
+
+    It gives the summary what only the config knows (CUBE_METHOD.md section
+    12): the qualification's kinds and expected faults, and which judge shares
+    a model with a writer. A config that no longer validates (written by
+    another version) costs those blocks only: one line says so.
+    """
+    from pydantic import ValidationError
+
+    from cube_ray.config import RunConfig
+    from cube_ray.errors import ConfigError
+    from cube_ray.pipeline.ownership import read_manifest
+
+    manifest = run_dir / "manifest.json"
+    config = read_manifest(run_dir).get("config")
+    if not isinstance(config, dict):
+        return None
+    try:
+        return RunConfig.model_validate(config)
+    except (ValidationError, ConfigError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            why = f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+        else:
+            why = str(exc)
+        print(
+            f"cube-ray: {manifest}: the run's config no longer validates "
+            f"({why}); the summary leaves out the qualification "
+            'and the "judges its own model\'s answers" flags (CUBE_METHOD.md '
+            "section 12).",
+            file=sys.stderr,
+        )
+        return None
 
 
 def _weights_source(args: argparse.Namespace) -> str:

@@ -87,7 +87,7 @@ from cube_ray.systems.kinds import system_kind
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-    from cube_ray.aggregate import Summary
+    from cube_ray.aggregate import AggregateOptions, Summary
 
 __all__ = [
     "RunOptions",
@@ -95,6 +95,7 @@ __all__ = [
     "connect_ray",
     "run_pipeline",
     "summarize_run",
+    "summarize_tables",
 ]
 
 
@@ -486,8 +487,8 @@ def summarize_run(
     a million-question run is long).
     """
     try:
-        from cube_ray.aggregate import Flag, summarize, with_intervals
-        from cube_ray.sample import in_run_sample, load_strata
+        from cube_ray.aggregate import with_intervals
+        from cube_ray.sample import load_strata
         from cube_ray.tables import read_answers, read_scores
     except ImportError:
         return None
@@ -498,26 +499,59 @@ def summarize_run(
     # Lean: keys, ranks, scores and statuses only; no texts on the driver.
     answers = read_answers(str(run_dir / ANSWERS), lean=True)
     scores = read_scores(str(run_dir / SCORES), lean=True)
-    answers, scores = current_rows(config, run_dir, answers, scores)
+    summary, answers, scores = summarize_tables(
+        run_dir, answers, scores, options=options, config=config
+    )
+    if not intervals:
+        return summary
+    # Intervals follow the design (section 11): within strata for a sample.
+    return with_intervals(summary, answers, scores, strata=load_strata(run_dir))
+
+
+def summarize_tables(
+    run_dir: Path,
+    answers: Any,
+    scores: Any,
+    *,
+    options: AggregateOptions,
+    config: RunConfig | None,
+    sources: dict[str, str] | None = None,
+) -> tuple[Summary, Any, Any]:
+    """The summary of a run dir's tables as the run computes it.
+
+    Shared by the run and ``cube-ray aggregate RUN_DIR`` (with the run's config
+    from ``manifest.json``), so both write the same summary: the current
+    rows only, the planned sample (section 11), and with the config the
+    qualification blocks and the "judges its own model's answers" flags
+    (section 12). Without a config (its manifest no longer validates) the
+    last two are left out.
+
+    Returns:
+        The summary, and the answers and scores it used (for the intervals).
+    """
+    from cube_ray.aggregate import summarize
+    from cube_ray.sample import in_run_sample
+
+    qualification = None
+    own: list[dict[str, Any]] = []
+    if config is not None:
+        answers, scores = current_rows(config, run_dir, answers, scores)
+        qualification = qualification_input(run_dir, config)
+        # A judge of the generator's or a system's declared model.
+        own = own_model_flags(
+            config.judges, config.generator, {s.name: s.model for s in config.systems}
+        )
     answers, scores, sample = in_run_sample(run_dir, answers, scores)
     summary = summarize(
         answers,
         scores,
         options=options,
+        sources=sources,
         sample=sample,
-        qualification=qualification_input(run_dir, config),
+        qualification=qualification,
+        own_model=own,
     )
-    # CUBE_METHOD.md section 12: a judge of the generator's or a system's model.
-    own = own_model_flags(
-        config.judges, config.generator, {s.name: s.model for s in config.systems}
-    )
-    if own:
-        flags = [*summary.flags, *(Flag.model_validate(f) for f in own)]
-        summary = summary.model_copy(update={"flags": flags})
-    if not intervals:
-        return summary
-    # Intervals follow the design (section 11): within strata for a sample.
-    return with_intervals(summary, answers, scores, strata=load_strata(run_dir))
+    return summary, answers, scores
 
 
 def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cube_ray.aggregate import WEIGHTED, incomplete_reasons
+from cube_ray.aggregate import WEIGHTED, WithoutOwnModel, incomplete_reasons
 from cube_ray.report import _plots
 from cube_ray.report._data import CUBE, RunData, num
 from cube_ray.report._format import (
@@ -16,7 +16,7 @@ from cube_ray.report._format import (
 from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
 from cube_ray.sample import describe_sample
 
-__all__ = ["console_lines", "headline_section"]
+__all__ = ["console_lines", "headline_section", "own_model_text"]
 
 
 def console_lines(run: RunData) -> list[str]:
@@ -78,6 +78,9 @@ def console_lines(run: RunData) -> list[str]:
                 f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; SD {fmt(sd, 2)}), "
                 f"{recall}"
             )
+            own = own_model_text(run, system)
+            if own is not None:
+                lines.append(f"  {own}")
         # Failed answers leave every judge out for the same reason, said above.
         failed = system in incomplete_reasons(run.summary)
         for judge, reason, why in [] if failed else left_out(run, system):
@@ -99,6 +102,7 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
     sec = Section("headline", "Headline")
     rows = []
     detail_rows = []
+    own_rows: list[list[str]] = []
     iv = run.intervals
     for system in run.systems:
         verdict = run.no_verdict(system)
@@ -119,16 +123,37 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
             )
             row = [system, NO_VERDICT, "n/a", "n/a", fmt(recall, 3), "n/a", "n/a"]
         else:
+            details = [
+                (f"recall@{k}", fmt(recall, 3)),
+                ("weighted bounded score", f"{fmt(wmean)} ± {fmt(wsd)}"),
+                ("judges used", ", ".join(used) or "none"),
+            ]
+            own = _without_own_model(run, system)
+            if own is not None:  # CUBE_METHOD.md section 12: beside the headline
+                block, flagged = own
+                details.append(
+                    (
+                        f"CuBE without {', '.join(flagged)}",
+                        f"{fmt(block.mean)} ± {fmt(block.sd)} SD across "
+                        f"{block.n_judges} judges",
+                    )
+                )
+                own_rows.append(
+                    [
+                        system,
+                        fmt(mean, 2),
+                        ", ".join(flagged),
+                        fmt(block.mean, 2),
+                        fmt(block.sd, 2),
+                        ", ".join(block.judges) or "none",
+                    ]
+                )
             card = HeadlineCard(
                 system=system,
                 cube=fmt(mean),
                 spread=f"± {fmt(sd)} SD across {len(used)} judges",
                 interval=f"95% bootstrap CI {interval_text(ci)}",
-                details=[
-                    (f"recall@{k}", fmt(recall, 3)),
-                    ("weighted bounded score", f"{fmt(wmean)} ± {fmt(wsd)}"),
-                    ("judges used", ", ".join(used) or "none"),
-                ],
+                details=details,
             )
             row = [
                 system,
@@ -196,6 +221,25 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
             numeric=frozenset(range(1, 7)),
         )
     )
+    if own_rows:
+        sec.blocks.append(
+            Table(
+                [
+                    "system",
+                    "CuBE mean",
+                    "judges of their own model",
+                    "CuBE mean without them",
+                    "SD without them",
+                    "judges kept",
+                ],
+                own_rows,
+                caption="The headline without the judges that score their own "
+                "model's answers (judges prefer text their own model wrote; "
+                "CUBE_METHOD.md section 12)",
+                anchor="headline-own-model",
+                numeric=frozenset({1, 3, 4}),
+            )
+        )
     sec.blocks.append(
         Table(
             [
@@ -248,6 +292,38 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
         )
     )
     return sec
+
+
+def _without_own_model(
+    run: RunData, system: str
+) -> tuple[WithoutOwnModel, list[str]] | None:
+    """The summary's CuBE without the own-model judges, and those judges.
+
+    None when the system has no verdict or no headline judge is flagged.
+    """
+    across = run.summary.across_judges.get(system)
+    block = across.without_own_model if across is not None else None
+    if block is None or run.no_verdict(system) is not None:
+        return None
+    flagged = [j for j in run.headline_judges(system) if j not in block.judges]
+    return block, flagged
+
+
+def own_model_text(run: RunData, system: str) -> str | None:
+    """The console's line of the headline without the own-model judges.
+
+    None when the summary has no such figure for ``system`` (no headline
+    judge has the flag "judges its own model's answers", or no verdict).
+    """
+    own = _without_own_model(run, system)
+    if own is None:
+        return None
+    block, flagged = own
+    return (
+        f"without {', '.join(flagged)} (judges its own model's answers): "
+        f"CuBE {fmt(block.mean, 2)} ({block.n_judges} judges: "
+        f"{', '.join(block.judges) or 'none'}; SD {fmt(block.sd, 2)})"
+    )
 
 
 def _sample_text(run: RunData) -> str | None:

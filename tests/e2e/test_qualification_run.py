@@ -33,6 +33,18 @@ def _read(table_dir: Path) -> pa.Table:
     )
 
 
+def _same(a: object, b: object) -> bool:
+    """Equal JSON documents, floats to 1e-9 (the run reads lean tables: the
+    summation order may differ in the last digit)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9, abs=1e-12)
+    return bool(a == b)
+
+
 def test_dry_run_lists_the_qualification_stages(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -153,13 +165,26 @@ def test_run_writes_the_qualification_table_and_summary(
     assert j1["n"] >= 6
     assert not j1["detected"]  # random scores do not notice the appended claim
     assert "j1" not in across["judges"]
-    assert across["excluded"]["j1"].startswith("misses faults")
+    assert across["excluded"]["j1"]["code"] == "misses_faults"
+    assert across["excluded"]["j1"]["text"].startswith("misses faults")
     # The report's qualification section, in plain words.
     report = (run_dir / "report.md").read_text(encoding="utf-8")
     assert "Judge qualification (controlled faults)" in report
     assert "j1 does not notice an added claim the guide does not make" in report
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["rows"]["qualification"] == QUESTIONS * len(KINDS)
+    # `cube-ray aggregate RUN_DIR` recomputes the same summary: the run's
+    # config (manifest.json) gives the qualification and require_qualification.
+    again_path = tmp_path / "aggregated.json"
+    assert main(["aggregate", str(run_dir), "--out", str(again_path)]) == 0
+    aggregated = json.loads(again_path.read_text(encoding="utf-8"))
+    assert aggregated.pop("inputs")["scores"] == str(run_dir / "scores")
+    assert summary.get("inputs") is None
+    assert _same(aggregated, {k: v for k, v in summary.items() if k != "inputs"})
+    assert (
+        aggregated["judges"]["j1"]["qualification"]
+        == (summary["judges"]["j1"]["qualification"])
+    )
 
     # Resume: nothing is redone.
     log = tmp_path / "calls.log"
