@@ -30,7 +30,13 @@ from cube_ray.cli import main
 from cube_ray.commands.judges import EXIT_JUDGE_FAILED
 from cube_ray.injection import PATTERNS
 
-RECORDS = Path("/work/shared/data/guangdong_service_items/records.jsonl")
+RECORDS = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "data"
+    / "guangdong_service_items"
+    / "records.jsonl"
+)
 pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(
@@ -114,6 +120,7 @@ def server() -> Iterator[tuple[str, list[str]]]:
 def _config(tmp_path: Path, base_url: str) -> Path:
     http = {"backend": "openai_http", "base_url": base_url, "max_retries": 0}
     config = {
+        "data_dirs": [str(RECORDS.parent)],
         "corpus": {
             "path": str(RECORDS),
             "id_field": "TASK_CODE",

@@ -21,7 +21,13 @@ from cube_ray.cli import main
 from cube_ray.sample import load_strata
 from tests.pipeline_helpers import read_all
 
-RECORDS = Path("/work/shared/data/guangdong_service_items/records.jsonl")
+RECORDS = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "data"
+    / "guangdong_service_items"
+    / "records.jsonl"
+)
 SEED = 7
 
 pytestmark = pytest.mark.skipif(
@@ -55,6 +61,7 @@ def _qa_file(tmp: Path) -> Path:
 def _config(tmp: Path, size: int) -> Path:
     pool = {"batch_size": 32, "num_cpus": 0.25}
     cfg: dict[str, Any] = {
+        "data_dirs": [str(RECORDS.parent)],
         "corpus": {
             "path": str(RECORDS),
             "id_field": "TASK_CODE",
