@@ -34,6 +34,10 @@ UPSTREAM_STATUSES = frozenset({STATUS_NO_ANSWER, STATUS_NO_QUESTION})
 counted, but not this stage's failures; the earlier stage's warning names the
 cause."""
 
+NOT_APPLICABLE_STATUSES = frozenset({"skipped"})
+"""A controlled fault whose kind does not apply to an answer (CUBE_METHOD.md
+section 12, ``cube_ray.qualification``): counted, never a failure."""
+
 STATUS_TIMEOUT = "timeout"
 """The status HTTP engines and systems give a request that ran out of its
 ``timeout_s``: the one failure whose fix is a setting this line can name."""
@@ -68,7 +72,9 @@ def _own_failures(statuses: Mapping[str, int]) -> dict[str, int]:
     return {
         s: n
         for s, n in statuses.items()
-        if n and s != schema.STATUS_OK and s not in UPSTREAM_STATUSES
+        if n
+        and s != schema.STATUS_OK
+        and s not in UPSTREAM_STATUSES | NOT_APPLICABLE_STATUSES
     }
 
 

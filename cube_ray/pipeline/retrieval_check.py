@@ -21,10 +21,18 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.errors import InputError
 
-__all__ = ["MOST", "check_system_ids", "current_question_ids", "unknown_id_rows"]
+__all__ = [
+    "EARLY_MIN_ROWS",
+    "MOST",
+    "check_system_ids",
+    "current_question_ids",
+    "unknown_id_rows",
+]
 
 MOST = 0.5
 """Share of a system's ``ok`` answers above which unknown ids stop the run."""
+EARLY_MIN_ROWS = 20
+"""Answers a wave before the last needs before its share is judged."""
 
 
 def unknown_id_rows(retrieved: pa.ChunkedArray | pa.Array, doc_ids: Any) -> pa.Array:
@@ -93,6 +101,7 @@ def check_system_ids(
     answers: list[Path],
     documents: list[Path],
     questions: list[Path],
+    min_rows: int = 0,
 ) -> None:
     """Stop when most of a system's answers retrieved no corpus id.
 
@@ -103,6 +112,8 @@ def check_system_ids(
         documents: Part files of the documents table.
         questions: Part files of the questions table (only the answers of
             current questions count).
+        min_rows: Fewer ``ok`` answers than this are not judged yet (an early
+            wave's handful is no evidence; the last wave checks them all).
 
     Raises:
         InputError: Naming the system, the share, one answer and its ids, and
@@ -119,7 +130,7 @@ def check_system_ids(
     current = current_question_ids(documents, questions)
     if current is not None:
         rows = rows.filter(pc.is_in(rows.column(schema.QUESTION_ID), value_set=current))
-    if rows.num_rows == 0:
+    if rows.num_rows == 0 or rows.num_rows < min_rows:
         return
     docs = _read(documents, [schema.DOC_ID], None).column(schema.DOC_ID)
     unknown = unknown_id_rows(

@@ -73,7 +73,11 @@ from cube_ray.pipeline.qualify import (
     qualification_input,
     qualification_source,
 )
-from cube_ray.pipeline.retrieval_check import check_system_ids, current_question_ids
+from cube_ray.pipeline.retrieval_check import (
+    EARLY_MIN_ROWS,
+    check_system_ids,
+    current_question_ids,
+)
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
@@ -373,6 +377,7 @@ class _Driver(StageRunner, Compaction, DataOps, SampleSelection, Intake):
                     answers=part_files(self.table_dir(ANSWERS)),
                     documents=part_files(self.table_dir(DOCUMENTS)),
                     questions=part_files(self.table_dir(QUESTIONS)),
+                    min_rows=0 if step.wave == step.waves - 1 else EARLY_MIN_ROWS,
                 )
 
         for spec in specs:  # early ones (QA files) fail before any stage

