@@ -93,3 +93,33 @@ def _name(proc: Any) -> str:
         return str(proc.name())
     except Exception:
         return ""
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_log_streams() -> None:
+    """Re-point log handlers left on a closed stream by an earlier test.
+
+    Ray's logger keeps a handler on the ``sys.stderr`` of the test that first
+    started Ray in this process (pytest's capture stream, closed once that
+    test ends); a later in-process ``ray.init`` then logs "--- Logging error
+    ---" with a traceback into the next test's captured stderr.
+    """
+    import logging
+
+    loggers = [logging.getLogger()]
+    loggers += [
+        lg
+        for lg in logging.Logger.manager.loggerDict.values()
+        if isinstance(lg, logging.Logger)
+    ]
+    for lg in loggers:
+        for handler in lg.handlers:
+            stream = getattr(handler, "stream", None)
+            if (
+                isinstance(handler, logging.StreamHandler)
+                and not isinstance(handler, logging.FileHandler)
+                and stream is not None
+                and getattr(stream, "closed", False)
+            ):
+                # Not setStream: it flushes the closed stream first.
+                handler.stream = sys.stderr
