@@ -112,9 +112,12 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
         q_tokens = QUESTION_TOKENS * n_q
         gold_tokens = doc_tokens
     else:
-        n_q, q_tokens = _question_file(config, limit)
+        frame = _question_frame(config, limit)  # read once
+        n_q = frame.height
+        q_tokens = sum(estimate_tokens(t or "") for t in frame["question"].to_list())
         if config.sample is not None:  # the sample's gold documents' questions
-            share = min(1.0, config.sample.size / max(_gold_docs(config, limit), 1))
+            gold_docs = int(frame["doc_id"].n_unique())
+            share = min(1.0, config.sample.size / max(gold_docs, 1))
             n_q, q_tokens = round(n_q * share), round(q_tokens * share)
         rows.append(PlanRow("questions (file)", "-", 0, 0))
         gold_tokens = int(mean_doc * n_q)
@@ -201,8 +204,8 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     return rows
 
 
-def _gold_docs(config: RunConfig, limit: int | None) -> int:
-    """Distinct gold documents of the question file (the sample's population)."""
+def _question_frame(config: RunConfig, limit: int | None) -> Any:
+    """The question file's rows (the first ``limit``), read once per plan."""
     from cube_ray.systems import load_question_file
 
     q = config.questions
@@ -214,9 +217,7 @@ def _gold_docs(config: RunConfig, limit: int | None) -> int:
         id_field=q.question_id_field,
         reference_answer_field=q.reference_answer_field,
     )
-    if limit is not None:
-        frame = frame.head(limit)
-    return int(frame["doc_id"].n_unique())
+    return frame if limit is None else frame.head(limit)
 
 
 def plan_cost(rows: list[PlanRow], *, questions: int) -> dict[str, Any]:
@@ -245,25 +246,6 @@ def plan_cost(rows: list[PlanRow], *, questions: int) -> dict[str, Any]:
         "gpu_hours": None,
         "api_cost": None if cost is None else round(cost, 6),
     }
-
-
-def _question_file(config: RunConfig, limit: int | None) -> tuple[int, int]:
-    """Questions in the question file (the first ``limit``) and their tokens."""
-    from cube_ray.systems import load_question_file
-
-    q = config.questions
-    assert q.path is not None
-    frame = load_question_file(
-        q.path,
-        question_field=q.question_field,
-        doc_id_field=q.doc_id_field,
-        id_field=q.question_id_field,
-        reference_answer_field=q.reference_answer_field,
-    )
-    if limit is not None:
-        frame = frame.head(limit)
-    tokens = sum(estimate_tokens(t or "") for t in frame["question"].to_list())
-    return frame.height, tokens
 
 
 def format_plan(rows: list[PlanRow]) -> str:
