@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,27 +52,49 @@ def test_cpu_threads_is_validated() -> None:
         PoolConfig(cpu_threads=0)
 
 
-def test_apply_sets_the_environment_and_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
-    before = torch.get_num_threads()
-    monkeypatch.setenv(OMP_VAR, "1")
-    try:
-        # 1 thread: torch caps a count above the cores once vLLM has bound its
-        # threads in this process (an earlier test may have started one).
-        config = VllmEngineConfig(model="m", pool=PoolConfig(cpu_threads=1))
-        monkeypatch.setenv(OMP_VAR, "2")
-        assert apply_engine_threads(config) == 1
-        assert os.environ[OMP_VAR] == "1"
-        assert torch.get_num_threads() == 1
-        cores = len(os.sched_getaffinity(0))
-        assert apply_engine_threads(VllmEngineConfig(model="m")) == cores
-        assert torch.get_num_threads() == cores
-        monkeypatch.setenv(OMP_VAR, "1")
-        gpu = VllmEngineConfig(model="m", pool=PoolConfig(num_gpus=1, cpu_threads=3))
-        assert apply_engine_threads(gpu) is None
-        assert apply_engine_threads(FakeEngineConfig(name="f")) is None
-        mine = VllmEngineConfig(model="m", env={OMP_VAR: "1"})
-        assert apply_engine_threads(mine) is None
-        assert os.environ[OMP_VAR] == "1"
-    finally:
-        torch.set_num_threads(before)
+_APPLY_SCRIPT = r"""
+import os, sys
+import torch
+from cube_ray.engines.config import FakeEngineConfig, PoolConfig, VllmEngineConfig
+from cube_ray.engines.threads import OMP_VAR, apply_engine_threads
+
+os.environ[OMP_VAR] = "2"
+config = VllmEngineConfig(model="m", pool=PoolConfig(cpu_threads=1))
+assert apply_engine_threads(config) == 1
+assert os.environ[OMP_VAR] == "1"
+assert torch.get_num_threads() == 1, torch.get_num_threads()
+cores = len(os.sched_getaffinity(0))
+assert apply_engine_threads(VllmEngineConfig(model="m")) == cores
+assert torch.get_num_threads() == cores, torch.get_num_threads()
+os.environ[OMP_VAR] = "1"
+gpu = VllmEngineConfig(model="m", pool=PoolConfig(num_gpus=1, cpu_threads=3))
+assert apply_engine_threads(gpu) is None
+assert apply_engine_threads(FakeEngineConfig(name="f")) is None
+mine = VllmEngineConfig(model="m", env={OMP_VAR: "1"})
+assert apply_engine_threads(mine) is None
+assert os.environ[OMP_VAR] == "1"
+print("ok")
+"""
+
+
+def test_apply_sets_the_environment_and_torch() -> None:
+    """In a fresh interpreter: once vLLM's CPU worker has bound its threads in a
+    process (an earlier in-process test may have started one), it turns
+    ``torch.set_num_threads`` into a no-op, so this cannot run in the test
+    process itself."""
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k != OMP_VAR}
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _APPLY_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
