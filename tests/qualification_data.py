@@ -21,8 +21,8 @@ from cube_ray.qualification import (
     GoldDocument,
     compose_answer,
     make_fault,
-    order_key,
 )
+from cube_ray.sample import doc_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "data" / "guangdong_sample.jsonl"
@@ -63,7 +63,7 @@ def english_documents(path: Path = ARES, limit: int = EN_POOL) -> list[GoldDocum
 
 def examples(docs: list[GoldDocument], lang: str) -> list[dict[str, Any]]:
     """Per kind the first ``PER_KIND`` faults over ``docs`` in the seeded order."""
-    ordered = sorted(docs, key=lambda d: order_key(SEED, d.doc_id))
+    ordered = sorted(docs, key=lambda d: doc_hash(SEED, d.doc_id))
     rows = []
     for kind in KINDS:
         n = 0

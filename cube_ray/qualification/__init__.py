@@ -35,7 +35,7 @@ from cube_ray.qualification._numbers import (
     number_values,
     plausible_other,
 )
-from cube_ray.qualification._order import order_key, seeded_sample
+from cube_ray.qualification._order import seeded_sample
 
 __all__ = [
     "FAULT_KINDS",
@@ -59,7 +59,6 @@ __all__ = [
     "number_tokens",
     "number_values",
     "omission_fault",
-    "order_key",
     "own_model_flags",
     "parse_fields",
     "plausible_other",

@@ -17,8 +17,9 @@ import yaml
 from cube_ray import schema
 from cube_ray.cli import main
 from cube_ray.pipeline import part_files
-from cube_ray.qualification import KINDS, order_key
+from cube_ray.qualification import KINDS
 from cube_ray.qualification._table import QUALIFICATION_SCHEMA
+from cube_ray.sample import doc_hash
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
 N_DOCS = 12
@@ -111,7 +112,7 @@ def test_run_writes_the_qualification_table_and_summary(
     assert set(QUALIFICATION_SCHEMA.names) <= set(table.column_names)
     rows = table.to_pylist()
     # The sample: the first QUESTIONS questions in the seeded order.
-    sampled = sorted(ids, key=lambda d: order_key(3, d))[:QUESTIONS]
+    sampled = sorted(ids, key=lambda d: doc_hash(3, d))[:QUESTIONS]
     assert {r[schema.QUESTION_ID] for r in rows} == set(sampled)
     assert len(rows) == QUESTIONS * len(KINDS)
     answers = {

@@ -15,7 +15,7 @@ from cube_ray.engines.config import (
     PoolConfig,
     VllmEngineConfig,
 )
-from cube_ray.engines.threads import OMP_VAR, apply_engine_threads, engine_threads
+from cube_ray.engines.threads import OMP_VAR, engine_threads
 
 
 @pytest.mark.parametrize(
