@@ -18,7 +18,6 @@ The math is pure (:func:`sample_order`, :func:`sample_block`); the run dir's
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from cube_ray.seeded import MISSING, doc_hash, stratum_key, unit_offset
 
 __all__ = [
     "MISSING",
@@ -54,45 +55,8 @@ ORDER = "order"
 """0-based position of a document in the sample order: ``order < n`` is the
 sample of size n."""
 _HASH = "_hash"
-MISSING = "(missing)"
-"""The stratum value of a record whose field is missing or empty."""
-_SEP = " / "
-"""Joins the values of several strata fields into one stratum key."""
 _TABLE = "sample.parquet"
 _META = "sample.json"
-
-
-def stratum_key(values: Sequence[str | None]) -> str:
-    """The stratum of a record: its strata fields' values, ``" / "``-joined.
-
-    A missing or empty value is ``(missing)``; no strata fields is one stratum.
-
-    >>> stratum_key(["广州市"]), stratum_key(["A", None]), stratum_key([])
-    ('广州市', 'A / (missing)', 'all')
-    """
-    if not values:
-        return "all"
-    return _SEP.join(v if v else MISSING for v in values)
-
-
-def doc_hash(seed: int, doc_id: str) -> str:
-    """The hex ``sha256(f"{seed}:{doc_id}")`` that orders a stratum.
-
-    >>> doc_hash(7, "d1")[:12]
-    '5c9a13801bde'
-    """
-    return hashlib.sha256(f"{seed}:{doc_id}".encode()).hexdigest()
-
-
-def unit_offset(seed: int, stratum: str) -> float:
-    """``u_h`` in [0, 1): the first 8 bytes of ``sha256(f"{seed}:{h}")`` / 2^64.
-
-    >>> u = unit_offset(7, "广州市")
-    >>> 0.0 <= u < 1.0, u == unit_offset(7, "广州市") != unit_offset(8, "广州市")
-    (True, True)
-    """
-    digest = hashlib.sha256(f"{seed}:{stratum}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def sample_order(

@@ -1,6 +1,6 @@
 """The seeded order of CUBE_METHOD.md section 11, for the qualification sample.
 
-The order itself (``sha256(f"{seed}:{doc_id}")``) is :func:`cube_ray.sample.doc_hash`,
+The order itself (``sha256(f"{seed}:{doc_id}")``) is :func:`cube_ray.seeded.doc_hash`,
 the same rule as the run's planned sample; this module only takes the first
 questions in it.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from cube_ray.sample import doc_hash
+from cube_ray.seeded import doc_hash
 
 __all__ = ["seeded_sample"]
 
@@ -20,7 +20,7 @@ def seeded_sample(
     """The question ids of the first ``size`` questions in the seeded order.
 
     ``pairs`` are ``(question_id, doc_id)``; questions are ordered by their gold
-    document's :func:`~cube_ray.sample.doc_hash`, ties (several questions of one
+    document's :func:`~cube_ray.seeded.doc_hash`, ties (several questions of one
     document) by question id. Samples are nested: a larger size keeps every
     smaller sample.
 
