@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cube_ray.errors import ConfigError
 
 __all__ = [
     "PLACEHOLDER",
+    "EnvUse",
     "cache_dir",
     "expand_env",
     "placeholders",
     "prompt_key",
     "secret",
+    "url_host",
 ]
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -88,3 +92,35 @@ def expand_env(text: str, *, where: str) -> str:
         return value
 
     return PLACEHOLDER.sub(repl, text)
+
+
+@dataclass(frozen=True)
+class EnvUse:
+    """One environment variable a run reads, and where its value goes."""
+
+    name: str
+    """The variable."""
+    field: str
+    """The config field that reads it, e.g. ``systems[rag].headers.Authorization``."""
+    destination: str
+    """Where the value is sent: ``host:port`` of a URL, or a local process."""
+
+
+def url_host(url: str | None) -> str:
+    """The ``host:port`` a URL sends to, as the run's env audit names it.
+
+    >>> url_host("https://user:pw@api.example.com:8443/v1"), url_host(None)
+    ('api.example.com:8443', '(no url)')
+    >>> url_host("${RAG_URL}/ask")
+    '(host from ${RAG_URL}/ask)'
+    """
+    if not url:
+        return "(no url)"
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
+    netloc = netloc.rpartition("@")[2]
+    if not netloc:
+        return f"(host from {url})" if "${" in url else "(no host)"
+    return netloc

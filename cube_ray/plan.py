@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cube_ray.config import EnvUse, RunConfig, _host
+from cube_ray.config import EnvUse, RunConfig
 from cube_ray.corpus import iter_document_batches
+from cube_ray.env import url_host as _host
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
 from cube_ray.prompts import load_template

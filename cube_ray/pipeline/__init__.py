@@ -17,6 +17,8 @@ every judge on every dimension, then ``summary.json``, the report and
 | ``schedule`` | walking the graph: stages overlap where the method allows |
 | ``heap`` | what workers' allocators give back after a task (their environment) |
 | ``intake`` | corpus, question file, QA files, checked before anything runs |
+| ``driver`` | one run's state on the driver; building each stage's sources |
+| ``summary`` | ``summary.json`` from the written tables (also ``cube-ray aggregate``) |
 | ``run`` | ``run_pipeline`` and ``manifest.json`` |
 
 Only this package (with ``cube_ray.preflight``, the checks it runs before the
