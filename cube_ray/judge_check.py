@@ -59,6 +59,7 @@ from cube_ray.aggregate import (
 )
 from cube_ray.config import RunConfig
 from cube_ray.engines.base import BorrowedEngine
+from cube_ray.engines.identity import engine_identity
 from cube_ray.errors import ConfigError, CubeRayError, EngineError
 from cube_ray.injection import MAX_SHIFT, Case, apply_patterns, shifts
 
@@ -89,13 +90,8 @@ _FAULT = "fault:"
 Log = Callable[[str], None]
 
 
-_PER_CALL = frozenset({"pool", "score_mode", "sampling"})
-"""Engine config fields a stage passes per call or Ray reads; they do not change
-the engine that is built."""
-
-
 def _same_engine(a: Any, b: Any) -> bool:
-    """Whether two engine configs build the same engine (up to :data:`_PER_CALL`).
+    """Whether two engine configs build the same engine (one identity).
 
     >>> from cube_ray.engines import EmbeddedEngineConfig
     >>> _same_engine(
@@ -105,9 +101,7 @@ def _same_engine(a: Any, b: Any) -> bool:
     >>> _same_engine(EmbeddedEngineConfig(max_model_len=2048), EmbeddedEngineConfig())
     False
     """
-    return type(a) is type(b) and a.model_dump(exclude=_PER_CALL) == b.model_dump(
-        exclude=_PER_CALL
-    )
+    return engine_identity(a) == engine_identity(b)
 
 
 def _first_documents(config: RunConfig, n: int) -> pa.Table:

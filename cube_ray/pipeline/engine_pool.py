@@ -42,7 +42,7 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
-from cube_ray.engines.config import ACCOUNTING_FIELDS
+from cube_ray.engines.identity import identity_fields
 from cube_ray.pipeline import heap
 
 __all__ = [
@@ -54,8 +54,6 @@ __all__ = [
     "take_served_node",
 ]
 
-PER_REQUEST = frozenset({"sampling", "score_mode"})
-"""Engine config fields that go with each request, not with the engine."""
 HOST_UNAVAILABLE_RETRIES = 12
 """Times a batch is sent again to a host Ray is restarting (about 100 s)."""
 PER_REQUEST_POOL = frozenset({"batch_size"})
@@ -63,10 +61,11 @@ PER_REQUEST_POOL = frozenset({"batch_size"})
 
 
 def engine_id(config: Any) -> str:
-    """Name of the engine a config loads: its model and a hash of its load settings.
+    """Name of an engine pool: its model and a hash of its load settings.
 
-    Configs that differ only in ``sampling``, ``score_mode`` or
-    ``pool.batch_size`` name one engine.
+    The engine's identity (:func:`cube_ray.engines.identity.identity_fields`)
+    and the pool's sizes: configs that differ only in ``sampling``,
+    ``score_mode``, ``price_per_mtok`` or ``pool.batch_size`` name one pool.
 
     >>> from cube_ray.engines.config import FakeEngineConfig
     >>> a = FakeEngineConfig(name="m", score_mode="argmax")
@@ -76,9 +75,8 @@ def engine_id(config: Any) -> str:
     >>> engine_id(a).split("-")[0]
     'fake:m'
     """  # noqa: E501
-    skip = {*PER_REQUEST, *ACCOUNTING_FIELDS}
-    data = config.model_dump(mode="json", exclude=skip)
-    pool = data.get("pool") or {}
+    data = identity_fields(config)
+    pool = config.model_dump(mode="json", include={"pool"}).get("pool") or {}
     data["pool"] = {k: v for k, v in pool.items() if k not in PER_REQUEST_POOL}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     model = (
