@@ -345,10 +345,8 @@ def file_uses(config: RunConfig) -> list[FileUse]:
     judges = [engine_destination(e) for e in config.judges.values()]
     systems: list[str] = []
     for system in config.systems:
-        if system.kind == "http":
-            systems.append(f"{_host(system.url)} (HTTP system {system.name})")
-        elif system.kind == "builtin_rag":
-            systems.append(f"built-in RAG {system.name} (uses {generator})")
+        dest = system_kind(system).destination(system, generator=generator)
+        systems += [dest] if dest else []
     uses: list[FileUse] = []
     corpus_to = [generator, *judges]
     if config.questions.source == "generate":

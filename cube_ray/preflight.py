@@ -56,7 +56,7 @@ import yaml
 from cube_ray.config import RunConfig
 from cube_ray.engines.config import OpenAIHttpEngineConfig, PoolConfig, VllmEngineConfig
 from cube_ray.errors import ClusterError, ResourceWaitError
-from cube_ray.systems.config import BuiltinRagSystemConfig, HttpSystemConfig
+from cube_ray.systems.kinds import system_kind
 
 __all__ = [
     "NodeShape",
@@ -153,7 +153,7 @@ def pool_demands(config: RunConfig) -> list[PoolDemand]:
     gen_paths = _local_paths(config.generator)
     out = [_pool_demand("generator", config.generator.pool, gen_paths)]
     for s in config.systems:
-        paths = gen_paths if isinstance(s, BuiltinRagSystemConfig) else ()
+        paths = gen_paths if system_kind(s).uses_generator else ()
         out.append(_pool_demand(f"systems[{s.name}]", s.pool, paths))
     for name, judge in config.judges.items():
         out.append(_pool_demand(f"judges.{name}", judge.pool, _local_paths(judge)))
@@ -468,8 +468,6 @@ def check_resources(
 
 def _env_names(config: RunConfig) -> list[tuple[str, str]]:
     """(config path, variable) of every environment variable the config names."""
-    import re
-
     out = []
     engines = [
         ("generator", config.generator),
@@ -478,15 +476,8 @@ def _env_names(config: RunConfig) -> list[tuple[str, str]]:
     for where, engine in engines:
         if isinstance(engine, OpenAIHttpEngineConfig) and engine.api_key_env:
             out.append((f"{where}.api_key_env", engine.api_key_env))
-    pattern = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
     for s in config.systems:
-        where = f"systems[{s.name}]"
-        if isinstance(s, BuiltinRagSystemConfig) and s.embedding_api_key_env:
-            out.append((f"{where}.embedding_api_key_env", s.embedding_api_key_env))
-        if isinstance(s, HttpSystemConfig):
-            texts = {"url": s.url, **{f"headers.{k}": v for k, v in s.headers.items()}}
-            for key, text in texts.items():
-                out += [(f"{where}.{key}", m) for m in pattern.findall(text)]
+        out += [(u.field, u.name) for u in system_kind(s).env_uses(s)]
     return out
 
 
@@ -517,19 +508,10 @@ def _endpoints(config: RunConfig) -> list[tuple[str, str, str, str | None]]:
         if isinstance(engine, OpenAIHttpEngineConfig):
             out.append((where, engine.base_url, engine.model, engine.api_key_env))
     for s in config.systems:
-        if (
-            isinstance(s, BuiltinRagSystemConfig)
-            and s.embedding_url
-            and s.embedding_model
-        ):
-            out.append(
-                (
-                    f"systems[{s.name}].embedding_url",
-                    s.embedding_url,
-                    s.embedding_model,
-                    s.embedding_api_key_env,
-                )
-            )
+        out += [
+            (e.field, e.base_url, e.model, e.api_key_env)
+            for e in system_kind(s).endpoints(s)
+        ]
     return out
 
 

@@ -108,9 +108,10 @@ def probe_systems(config: Any, *, say: Any) -> None:
     from cube_ray.corpus import iter_document_batches
     from cube_ray.errors import InputError
     from cube_ray.systems.base import QuestionIn
+    from cube_ray.systems.config import HttpSystemConfig
     from cube_ray.systems.http import HttpSystem
 
-    systems = [s for s in config.systems if s.kind == "http"]
+    systems = [s for s in config.systems if isinstance(s, HttpSystemConfig)]
     if not systems:
         return
     qid, question, gold = _probe_question(config)

@@ -210,12 +210,6 @@ def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
     check_env(config)
     for system in config.systems:
         system_kind(system).check(system)
-        if system.kind == "qa_file":  # every row, as the run's preparation does
-            import tempfile
-
-            from cube_ray.systems.qa_file import build_qa_index
-
-            with tempfile.TemporaryDirectory(prefix="cube-ray-dry-run-") as index:
-                build_qa_index(system, index)
+        system_kind(system).check_rows(system)  # every row, as the run reads them
     if not update:
         check_config_owner(run_dir, config.with_prompt_language())

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from cube_ray.credentials import is_credential_key, mask
 from cube_ray.errors import ConfigError
+from cube_ray.systems.kinds import kind_named
 
 __all__ = ["read_config_file", "read_paths"]
 
@@ -150,8 +151,8 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     systems = out.get("systems")
     if isinstance(systems, list):
         out["systems"] = [
-            {**s, "path": _resolve(base, s["path"])}
-            if isinstance(s, dict) and isinstance(s.get("path"), str)
+            {**s, **{k: _resolve(base, s[k]) for k in _system_paths(s)}}
+            if isinstance(s, dict)
             else s
             for s in systems
         ]
@@ -165,6 +166,13 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     if isinstance(data_dirs, list):
         out["data_dirs"] = [_resolve(base, d) for d in data_dirs]
     return out
+
+
+def _system_paths(system: dict[str, Any]) -> list[str]:
+    """The fields of a ``systems:`` entry that name a file its kind reads."""
+    kind = kind_named(system.get("kind"))
+    fields = kind.path_fields if kind is not None else ()
+    return [k for k in fields if isinstance(system.get(k), str)]
 
 
 def _is_template_path(value: Any) -> bool:
@@ -200,8 +208,8 @@ def read_paths(data: dict[str, Any]) -> list[tuple[str, str]]:
         if isinstance(dim, dict) and isinstance(dim.get("rubric_file"), str):
             found.append((f"dimensions[{i}].rubric_file", dim["rubric_file"]))
     for i, system in enumerate(data.get("systems") or []):
-        if isinstance(system, dict) and isinstance(system.get("path"), str):
-            found.append((f"systems[{i}].path", system["path"]))
+        if isinstance(system, dict):
+            found += [(f"systems[{i}].{k}", system[k]) for k in _system_paths(system)]
     prompts = data.get("prompts")
     if isinstance(prompts, dict):
         for kind, value in prompts.items():

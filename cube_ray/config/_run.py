@@ -46,6 +46,7 @@ from cube_ray.errors import ConfigError
 from cube_ray.language import Language
 from cube_ray.prompts import check_template
 from cube_ray.systems.config import SystemConfig
+from cube_ray.systems.kinds import system_kind
 
 __all__ = ["RunConfig"]
 
@@ -243,25 +244,7 @@ class RunConfig(StrictModel):
         """
         uses: list[EnvUse] = []
         for system in self.systems:
-            where = f"systems[{system.name}]"
-            if system.kind == "http":
-                host = url_host(system.url)
-                uses += [
-                    EnvUse(n, f"{where}.url", host) for n in placeholders(system.url)
-                ]
-                for header, value in system.headers.items():
-                    uses += [
-                        EnvUse(n, f"{where}.headers.{header}", host)
-                        for n in placeholders(value)
-                    ]
-            elif system.kind == "builtin_rag" and system.embedding_api_key_env:
-                uses.append(
-                    EnvUse(
-                        system.embedding_api_key_env,
-                        f"{where}.embedding_api_key_env",
-                        url_host(system.embedding_url),
-                    )
-                )
+            uses += system_kind(system).env_uses(system)
         for role, engine in self.engines():
             if isinstance(engine, OpenAIHttpEngineConfig) and engine.api_key_env:
                 uses.append(

@@ -1,24 +1,42 @@
-"""Typed configuration of systems under test (the ``systems:`` list of a run)."""
+"""Typed configuration of systems under test (the ``systems:`` list of a run).
+
+Each kind's model is a :class:`SystemConfigBase` with a one-value ``kind``;
+:data:`SystemConfig` validates an entry with the model of its kind as
+registered in :mod:`cube_ray.systems.kinds` (an unknown kind is an error).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.credentials import literal_credential, literal_in_url
 from cube_ray.engines.config import PoolConfig
+from cube_ray.systems.kinds import kind_named, kind_names
 
 __all__ = [
     "BuiltinRagSystemConfig",
     "HttpSystemConfig",
     "QaFileSystemConfig",
     "SystemConfig",
+    "SystemConfigBase",
 ]
 
 
-class _SystemBase(StrictModel):
+class SystemConfigBase(StrictModel):
+    """What every system has; a kind's model adds ``kind`` and its settings."""
+
     name: str = "rag"
     """``rag`` or ``rag@<variant>``; unique within a run."""
     k: int = Field(8, ge=1)
@@ -30,6 +48,9 @@ class _SystemBase(StrictModel):
     a judge's ``model``), when known: a judge of the same model gets the flag
     "judges its own model's answers" (CUBE_METHOD.md section 12). Not part of
     the answers' fingerprint."""
+    kind: str
+    """The system's kind (a registered name: ``qa_file``, ``builtin_rag``,
+    ``http``, ...)."""
 
     @field_validator("name")
     @classmethod
@@ -40,7 +61,7 @@ class _SystemBase(StrictModel):
         return v
 
 
-class QaFileSystemConfig(_SystemBase):
+class QaFileSystemConfig(SystemConfigBase):
     """Answers collected elsewhere.
 
     A file with question_id (or question), answer and retrieved doc ids.
@@ -59,7 +80,7 @@ class QaFileSystemConfig(_SystemBase):
     """Column with the ranked retrieved doc ids (list, or a JSON/comma string)."""
 
 
-class BuiltinRagSystemConfig(_SystemBase):
+class BuiltinRagSystemConfig(SystemConfigBase):
     """cube_ray's reference RAG.
 
     BM25 (+ optional dense, RRF) over the corpus, answered by the generator
@@ -123,7 +144,7 @@ class BuiltinRagSystemConfig(_SystemBase):
         return self
 
 
-class HttpSystemConfig(_SystemBase):
+class HttpSystemConfig(SystemConfigBase):
     """A deployed RAG service reached over HTTP.
 
     A ``preset`` fills in body and response paths; fields set here override it.
@@ -221,8 +242,47 @@ def _credential_keys(body: Any, prefix: str = "") -> list[str]:
     return found
 
 
-SystemConfig = Annotated[
-    QaFileSystemConfig | BuiltinRagSystemConfig | HttpSystemConfig,
-    Field(discriminator="kind"),
-]
-"""One system under test; ``kind`` picks the model."""
+def _by_kind(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate a ``systems:`` entry with the model of its registered kind."""
+    if isinstance(value, SystemConfigBase):
+        return value
+    if not isinstance(value, dict):
+        raise PydanticCustomError(
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+        )
+    if "kind" not in value:
+        raise PydanticCustomError(
+            "union_tag_not_found",
+            "Unable to extract tag using discriminator {discriminator}",
+            {"discriminator": "'kind'"},
+        )
+    kind = kind_named(value["kind"])
+    if kind is None:
+        tags = ", ".join(repr(k) for k in kind_names())
+        raise PydanticCustomError(
+            "union_tag_invalid",
+            "Input tag {tag} found using {discriminator} does not match any of "
+            "the expected tags: {expected_tags}",
+            {
+                "discriminator": "'kind'",
+                "tag": repr(value["kind"]),
+                "expected_tags": tags,
+            },
+        )
+    try:
+        return kind.config.model_validate(value)
+    except ValidationError as exc:  # located as a discriminated union's: by kind
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError(e["type"], e["msg"], e.get("ctx")),
+                loc=(kind.name, *e["loc"]),
+                input=e["input"],
+            )
+            for e in exc.errors()
+        ]
+        raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+SystemConfig = Annotated[SerializeAsAny[SystemConfigBase], WrapValidator(_by_kind)]
+"""One system under test; ``kind`` picks the model (a registered kind's)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cube_ray.errors import ConfigError
+from cube_ray.systems.kinds import system_kind
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,38 +44,18 @@ def build_system(
             :func:`cube_ray.engines.build_engine`; a run passes its shared pool).
 
     Raises:
-        ConfigError: If the built-in RAG has no generator.
+        ConfigError: If its kind is not registered, or the built-in RAG has no
+            generator.
         InputError: If a QA file or the documents are invalid.
     """
-    if config.kind == "qa_file":
-        from pathlib import Path
-
-        from cube_ray.systems.qa_file import QaFileSystem
-
-        # In a run, the QA file's index sits beside the documents in the run
-        # dir's index/ (built once by the pipeline); outside one, a temporary one.
-        docs = Path(documents_path)
-        return QaFileSystem(config, docs.parent / "index" if docs.is_dir() else None)
-    if config.kind == "builtin_rag":
-        if generator is None:
-            msg = (
-                f"system {config.name!r} (kind builtin_rag) needs a generator engine "
-                "to write its answers; add a `generator:` section to the config"
-            )
-            raise ConfigError(msg)
-        from cube_ray.systems.builtin_rag import BuiltinRagSystem
-
-        return BuiltinRagSystem.from_config(
-            config,
-            documents_path=documents_path,
-            generator=generator,
-            answer_template=answer_template,
-            nonce=nonce,
-            engine_factory=engine_factory,
-        )
-    from cube_ray.systems.http import HttpSystem
-
-    return HttpSystem(config)
+    return system_kind(config).build(
+        config,
+        documents_path=documents_path,
+        generator=generator,
+        answer_template=answer_template,
+        nonce=nonce,
+        engine_factory=engine_factory,
+    )
 
 
 def prepare_system(config: SystemConfig, *, documents_path: str) -> None:
@@ -87,8 +67,4 @@ def prepare_system(config: SystemConfig, *, documents_path: str) -> None:
     several CPUs (``index_workers``) rather than leaving the build to the first
     actor. Other kinds: nothing.
     """
-    if config.kind == "builtin_rag":
-        from cube_ray.systems.builtin_rag import build_dense, build_index
-
-        build_index(config, documents_path=documents_path)
-        build_dense(config, documents_path=documents_path)
+    system_kind(config).set_up(config, documents_path=documents_path)
