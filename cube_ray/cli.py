@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "check",
     "aggregate",
     "report",
+    "audit",
     "compare",
     "engines",
     "judges",

@@ -1,0 +1,327 @@
+"""``cube-ray audit RUN_DIR --import FILLED.csv``: a filled sheet -> the human file.
+
+Every cell is checked before anything is written; the first problem is one
+error naming the file, the spreadsheet row (the header is row 1) and the
+column (letter and heading). The human file has the columns
+``question_id, system, dimension, score`` that ``cube-ray report --human``
+reads (:func:`cube_ray.report.read_human_ratings`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cube_ray import schema
+from cube_ray.audit._draw import column_letter, parse_score
+from cube_ray.audit._key import AuditKey, KeyRow, write_atomic
+from cube_ray.audit._worksheet import AUDIT_DIR, ROW
+from cube_ray.errors import InputError
+
+__all__ = ["HUMAN_FILE", "Imported", "find_key", "import_sheet"]
+
+HUMAN_FILE = "human.csv"
+_DELIMITERS = (",", ";", "\t")
+"""Excel writes ``;`` in locales with a decimal comma, and tabs as "Text"."""
+_HUMAN_HEADER = (schema.QUESTION_ID, schema.SYSTEM, schema.DIMENSION, schema.SCORE)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What :func:`import_sheet` wrote."""
+
+    path: Path
+    key: Path
+    scored: int
+    """Questions scored in full."""
+    empty: int
+    """Questions left empty (not in the human file)."""
+    scores: int
+    """Rows of the human file."""
+
+
+def find_key(sheet: Path, *, run_dir: Path, out_dir: Path) -> Path:
+    """The key of a filled sheet: the one key beside it or in the audit folder.
+
+    With several keys, the one whose row count equals the sheet's (nested
+    sheets of different sizes have different row counts).
+
+    Raises:
+        InputError: No key, or several that fit; the message lists them and
+            asks for ``--key``.
+    """
+    folders = dict.fromkeys([sheet.parent, out_dir, run_dir / AUDIT_DIR])
+    keys = sorted(
+        {k.resolve() for f in folders if f.is_dir() for k in f.glob("*.key.json")}
+    )
+    if not keys:
+        msg = (
+            "no audit key (*.key.json) found beside the sheet or in "
+            f"{run_dir / AUDIT_DIR}; pass the key `cube-ray audit --size` wrote "
+            "with --key FILE"
+        )
+        raise InputError(msg, path=str(sheet))
+    if len(keys) == 1:
+        return keys[0]
+    records = _records(sheet, _text(sheet))
+    next(records)  # the header
+    n_rows = sum(1 for r in records if any(c.strip() for c in r))
+    fitting = [k for k in keys if len(AuditKey.read(k).rows) == n_rows]
+    if len(fitting) == 1:
+        return fitting[0]
+    listing = ", ".join(f"{k.name} ({len(AuditKey.read(k).rows)} rows)" for k in keys)
+    msg = (
+        f"the sheet has {n_rows} rows and {len(fitting) or 'none'} of the keys "
+        f"found fit it ({listing}); pass the key of this sheet with --key FILE"
+    )
+    raise InputError(msg, path=str(sheet))
+
+
+def import_sheet(
+    sheet: str | Path,
+    *,
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    key_path: str | Path | None = None,
+) -> Imported:
+    """Validate a filled worksheet and write the human file.
+
+    Args:
+        sheet: The filled CSV.
+        run_dir: The run directory the sheet was drawn from.
+        out_dir: Where ``human.csv`` goes (default ``RUN_DIR/audit``).
+        key_path: The sheet's key (default: found by :func:`find_key`).
+
+    Raises:
+        InputError: A bad cell, a changed or missing row, a missing column, a
+            question scored in part, or nothing scored; nothing is written.
+    """
+    path = Path(sheet)
+    root = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else root / AUDIT_DIR
+    if not path.is_file():
+        raise InputError("the filled sheet does not exist", path=str(path))
+    key_file = (
+        Path(key_path)
+        if key_path is not None
+        else find_key(path, run_dir=root, out_dir=out)
+    )
+    key = AuditKey.read(key_file)
+    cells = _read_cells(path, key, key_file)
+    rows = _human_rows(path, key, cells)
+    target = out / HUMAN_FILE
+    _check_nothing_dropped(target, rows)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(_HUMAN_HEADER)
+    writer.writerows(rows)
+    write_atomic(target, buffer.getvalue())
+    scored = len({(r[0]) for r in rows})
+    return Imported(
+        path=target,
+        key=key_file,
+        scored=scored,
+        empty=key.questions - scored,
+        scores=len(rows),
+    )
+
+
+@dataclass(frozen=True)
+class _Cell:
+    row: KeyRow
+    sheet_row: int
+    """1-based spreadsheet row (the header is row 1)."""
+    column: int
+    """0-based column."""
+    heading: str
+    dimension: str
+    value: float | None
+
+
+def _where(sheet_row: int, column: int, heading: str) -> str:
+    return f"row {sheet_row}, column {column_letter(column)} ({heading!r})"
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise InputError(f"cannot read the sheet: {exc}", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        msg = (
+            f"not UTF-8 text ({exc.reason} at byte {exc.start}); save the sheet "
+            "as 'CSV UTF-8 (comma delimited)' (Excel) or 'Text CSV' with "
+            "character set Unicode (UTF-8) (LibreOffice), then import it again"
+        )
+        raise InputError(msg, path=str(path)) from None
+
+
+def _records(path: Path, text: str) -> Iterator[list[str]]:
+    """The sheet's records, in the delimiter its header row uses."""
+    for delimiter in _DELIMITERS:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        header = next(reader, None)
+        if header is not None and ROW in (h.strip() for h in header):
+            yield header
+            try:
+                yield from reader
+            except csv.Error as exc:
+                msg = f"row {reader.line_num}: not a well-formed CSV row ({exc})"
+                raise InputError(msg, path=str(path)) from None
+            return
+    msg = (
+        f"missing column {ROW!r} in the header (row 1); expected the sheet "
+        "`cube-ray audit --size` wrote, with its header row and row ids as they "
+        "were"
+    )
+    raise InputError(msg, path=str(path))
+
+
+def _read_cells(path: Path, key: AuditKey, key_file: Path) -> list[_Cell]:
+    """Every score cell of the sheet, each checked; raises on the first problem."""
+    records = _records(path, _text(path))
+    header = [h.strip() for h in next(records)]
+    row_col = header.index(ROW)
+    columns: list[tuple[int, str, str]] = []
+    for dim in key.dimensions:
+        index = _find_column(header, dim.column, dim.name)
+        if index is None:
+            msg = (
+                f"missing column {dim.column!r} (dimension {dim.name!r}) in the "
+                f"header (row 1); found {header}. Keep the score columns the "
+                f"sheet was written with (key {key_file.name})"
+            )
+            raise InputError(msg, path=str(path))
+        columns.append((index, header[index], dim.name))
+    by_id = {r.row: r for r in key.rows}
+    seen: dict[str, int] = {}
+    cells: list[_Cell] = []
+    for number, record in enumerate(records, start=2):
+        if not any(c.strip() for c in record):
+            continue  # a blank line a spreadsheet left at the end
+        rid = record[row_col].strip() if row_col < len(record) else ""
+        where = _where(number, row_col, ROW)
+        if rid not in by_id:
+            msg = (
+                f"{where}: {rid!r} is not a row id of this sheet (key "
+                f"{key_file.name}: {key.rows[0].row} ... {key.rows[-1].row}); "
+                "row ids must stay as written: undo the change"
+            )
+            raise InputError(msg, path=str(path))
+        if rid in seen:
+            msg = (
+                f"{where}: row id {rid!r} is also on row {seen[rid]}; each answer "
+                "is one row: delete the copy"
+            )
+            raise InputError(msg, path=str(path))
+        seen[rid] = number
+        for index, heading, name in columns:
+            raw = record[index] if index < len(record) else ""
+            try:
+                value = parse_score(raw)
+            except ValueError as exc:
+                msg = f"{_where(number, index, heading)}: {exc}"
+                raise InputError(msg, path=str(path)) from None
+            cells.append(_Cell(by_id[rid], number, index, heading, name, value))
+    missing = [r.row for r in key.rows if r.row not in seen]
+    if missing:
+        msg = (
+            f"row id {missing[0]!r} (question Q{by_id[missing[0]].question_no:03d}"
+            f"){f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
+            "missing from the sheet; every row the sheet was written with must "
+            "stay: restore it from the sheet `cube-ray audit --size` wrote"
+        )
+        raise InputError(msg, path=str(path))
+    return cells
+
+
+def _find_column(header: list[str], heading: str, name: str) -> int | None:
+    """The column of a dimension: its exact heading, else one starting with its name."""
+    if heading in header:
+        return header.index(heading)
+    for index, h in enumerate(header):
+        if h.split(" ", 1)[0].split("(", 1)[0] == name:
+            return index
+    return None
+
+
+def _human_rows(
+    path: Path, key: AuditKey, cells: list[_Cell]
+) -> list[tuple[str, str, str, str]]:
+    """The scored questions' rows; a question scored in part is an error."""
+    by_question: dict[int, list[_Cell]] = {}
+    for cell in cells:
+        by_question.setdefault(cell.row.question_no, []).append(cell)
+    rows: list[tuple[str, str, str, str]] = []
+    for number in sorted(by_question):
+        group = by_question[number]
+        filled = [c for c in group if c.value is not None]
+        if not filled:
+            continue
+        if len(filled) < len(group):
+            gap = min(
+                (c for c in group if c.value is None),
+                key=lambda c: (c.sheet_row, c.column),
+            )
+            msg = (
+                f"{_where(gap.sheet_row, gap.column, gap.heading)}: empty, but "
+                f"question Q{number:03d} has {len(filled)} of {len(group)} scores; "
+                "score a question in full (every answer, every dimension) or "
+                "clear all of its cells"
+            )
+            raise InputError(msg, path=str(path))
+        order = {r.row: i for i, r in enumerate(key.rows)}
+        dims = {d.name: i for i, d in enumerate(key.dimensions)}
+        for c in sorted(group, key=lambda c: (order[c.row.row], dims[c.dimension])):
+            assert c.value is not None
+            rows.append(
+                (c.row.question_id, c.row.system, c.dimension, _number(c.value))
+            )
+    if not rows:
+        msg = (
+            "no question is scored: every score cell is empty; fill the sheet "
+            "(a question in full: every answer, every dimension) and import again"
+        )
+        raise InputError(msg, path=str(path))
+    return rows
+
+
+def _number(value: float) -> str:
+    """A score as the human file writes it: ``7``, ``7.5``."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _check_nothing_dropped(target: Path, rows: list[tuple[str, str, str, str]]) -> None:
+    """Refuse to replace a human file holding ratings the new one lacks."""
+    if not target.is_file():
+        return
+    new = {r[:3] for r in rows}
+    try:
+        with target.open(encoding="utf-8-sig", newline="") as fh:
+            old = [
+                (
+                    r.get(schema.QUESTION_ID),
+                    r.get(schema.SYSTEM),
+                    r.get(schema.DIMENSION),
+                )
+                for r in csv.DictReader(fh)
+            ]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        msg = (
+            f"exists and cannot be read ({exc}); move it away before importing, "
+            "or write elsewhere with --out DIR"
+        )
+        raise InputError(msg, path=str(target)) from None
+    lost = [k for k in dict.fromkeys(old) if k not in new]
+    if lost:
+        qid, system, dim = lost[0]
+        msg = (
+            f"holds {len(lost)} rating(s) the imported sheet lacks (first: "
+            f"question {qid!r}, set {system!r}, dimension {dim!r}); importing "
+            "would drop them. Move it away (or merge the sheets) first, or "
+            "write elsewhere with --out DIR"
+        )
+        raise InputError(msg, path=str(target))

@@ -1,0 +1,112 @@
+"""``cube-ray audit RUN_DIR (--size m | --import FILLED.csv)``: the human audit."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``audit`` subcommand."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "audit",
+        help="draw a human audit worksheet, or import a filled one",
+        description=(
+            "--size m: draw m questions of the run (nested: a larger m keeps "
+            "every smaller sample; within the run's strata when it is sampled) "
+            "and write audit-<m>.csv (UTF-8 with BOM: one row per answer, the "
+            "answer sets shuffled and unnamed, one empty 0-10 column per "
+            "dimension), audit-<m>.key.json (which question and set each row "
+            "is: not for the rater) and audit-<m>.rubrics.txt. --import "
+            "FILLED.csv: check every cell and write human.csv for `cube-ray "
+            "report --human` (CUBE_METHOD.md section 13)."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--size", type=int, metavar="m", help="questions to audit (e.g. 150)"
+    )
+    what.add_argument(
+        "--import",
+        dest="filled",
+        metavar="FILLED.csv",
+        help="a filled worksheet to check and turn into human.csv",
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="where to write (default: RUN_DIR/audit)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="seed of the draw (default: the run sample's seed, else 0)",
+    )
+    p.add_argument(
+        "--key",
+        metavar="FILE",
+        help="with --import: the sheet's .key.json (default: found beside it or "
+        "in RUN_DIR/audit)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write a worksheet or import a filled one; print what was written."""
+    from cube_ray.errors import ConfigError
+
+    if args.filled is None:
+        if args.key is not None:
+            raise ConfigError("--key goes with --import FILLED.csv, not --size")
+        return _draw(args)
+    if args.seed is not None:
+        msg = "--seed goes with --size (the draw); --import reads the sheet's key"
+        raise ConfigError(msg)
+    return _import(args)
+
+
+def _draw(args: argparse.Namespace) -> int:
+    from cube_ray.audit import write_worksheet
+    from cube_ray.errors import ConfigError
+
+    if args.size < 1:
+        raise ConfigError(f"--size must be >= 1 question, got {args.size}")
+    sheet = write_worksheet(
+        args.run_dir, size=args.size, out_dir=args.out, seed=args.seed
+    )
+    key = sheet.audit
+    short = (
+        f" (the run has {key.population}: all of them)"
+        if key.questions < key.size
+        else f" of {key.population}"
+    )
+    strata = (
+        f", stratified by {', '.join(key.stratified_by)} ({len(key.strata)} strata)"
+        if key.stratified_by
+        else ""
+    )
+    print(
+        f"drew {key.questions} questions{short}{strata}, seed {key.seed}: "
+        f"{len(key.rows)} answers x {len(key.dimensions)} dimensions to score"
+    )
+    print(f"rubrics: {sheet.rubric_source}")
+    print(f"{sheet.sheet}  (the worksheet: give this to the rater)")
+    print(f"{sheet.rubrics}  (the rubrics: give this too)")
+    print(f"{sheet.key}  (the key: keep it from the rater)")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from cube_ray.audit import import_sheet
+
+    done = import_sheet(
+        args.filled, run_dir=args.run_dir, out_dir=args.out, key_path=args.key
+    )
+    print(
+        f"imported {done.scored} scored questions ({done.empty} left empty), "
+        f"{done.scores} scores, with key {done.key}"
+    )
+    print(done.path)
+    return 0
