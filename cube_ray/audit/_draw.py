@@ -206,8 +206,8 @@ def parse_score(cell: str) -> float | None:
         ValueError: The cell is not a number or is outside 0..10 (the message
             says which and what is expected).
 
-    >>> parse_score(" 7 "), parse_score("7.5"), parse_score(""), parse_score("10")
-    (7.0, 7.5, None, 10.0)
+    >>> parse_score(" 7 "), parse_score("7.5"), parse_score("7,5"), parse_score("")
+    (7.0, 7.5, 7.5, None)
     >>> parse_score("seven")
     Traceback (most recent call last):
     ...
@@ -220,6 +220,8 @@ def parse_score(cell: str) -> float | None:
     text = cell.strip()
     if not text:
         return None
+    if text.count(",") == 1 and "." not in text:
+        text = text.replace(",", ".")  # a decimal comma (Excel in de, fr, ru, ...)
     try:
         value = float(text)
     except ValueError:
