@@ -18,7 +18,7 @@ from pathlib import Path
 from cube_ray import schema
 from cube_ray.audit._draw import column_letter, parse_score
 from cube_ray.audit._key import AuditKey, KeyRow, write_atomic
-from cube_ray.audit._worksheet import AUDIT_DIR, ROW
+from cube_ray.audit._worksheet import AUDIT_DIR, ROW, answer_units
 from cube_ray.errors import InputError
 
 __all__ = ["HUMAN_FILE", "Imported", "find_key", "import_sheet"]
@@ -112,6 +112,7 @@ def import_sheet(
     key = AuditKey.read(key_file)
     cells = _read_cells(path, key, key_file)
     rows = _human_rows(path, key, cells)
+    _check_same_run(root, key, key_file, rows)
     target = out / HUMAN_FILE
     _check_nothing_dropped(target, rows)
     buffer = io.StringIO()
@@ -325,3 +326,21 @@ def _check_nothing_dropped(target: Path, rows: list[tuple[str, str, str, str]]) 
             "write elsewhere with --out DIR"
         )
         raise InputError(msg, path=str(target))
+
+
+def _check_same_run(
+    root: Path, key: AuditKey, key_file: Path, rows: list[tuple[str, str, str, str]]
+) -> None:
+    """Every scored answer is an answer of the run (the sheet is this run's)."""
+    answers = answer_units(root)
+    known = set(answers.select(schema.QUESTION_ID, schema.SYSTEM).iter_rows())
+    foreign = [r for r in rows if (r[0], r[1]) not in known]
+    if foreign:
+        qid, system = foreign[0][:2]
+        msg = (
+            f"the key {key_file.name} names question {qid!r}, set {system!r}, which "
+            f"is not an answer of this run ({len(foreign)} such scores): the sheet "
+            f"was drawn from another run dir; import it into that one (key "
+            f"written for {key.sheet})"
+        )
+        raise InputError(msg, path=str(root))

@@ -101,7 +101,7 @@ def write_worksheet(
     state = read_sample(root)
     seed = seed if seed is not None else (state.seed if state is not None else 0)
 
-    answers = _answer_units(root)
+    answers = answer_units(root)
     population = _population(root, answers)
     order = audit_order(population, seed=seed)
     drawn = order.head(size)
@@ -208,7 +208,7 @@ def _need(root: Path, kind: str, purpose: str) -> list[Path]:
     return files
 
 
-def _answer_units(root: Path) -> pl.DataFrame:
+def answer_units(root: Path) -> pl.DataFrame:
     """``question_id, doc_id, system`` of every answer of the run."""
     files = _need(root, "answers", "the answers")
     return (

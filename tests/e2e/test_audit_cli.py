@@ -195,11 +195,35 @@ def test_draw_fill_import(run_dir: Path, tmp_path: Path) -> None:
     assert got["score"].to_list() == [0, 1, 2, 3]
 
     # the existing human-figures path reads it
+    from cube_ray.aggregate import AggregateOptions, compare_with_humans
     from cube_ray.report import read_human_ratings
+    from cube_ray.tables import read_answers, read_scores
 
     ratings = read_human_ratings(folder / "human.csv")
     assert ratings.height == 128
     assert set(ratings["rater"]) == {"rater-1"}
+    figures = compare_with_humans(
+        ratings,
+        answers=read_answers(run_dir / "answers"),
+        scores=read_scores(run_dir / "scores"),
+        judges=["judge-a", "judge-b", "judge-c"],
+        dimensions=[d.name for d in key.dimensions],
+        options=AggregateOptions(),
+    )
+    assert figures.n_items == 128
+    assert set(figures.cube["system"]) == {"rag@bm25", "rag@hybrid"}
+    assert set(figures.cube["questions"]) == {8}
+    # each judge is paired with the humans on every rated answer it scored
+    keys = ["question_id", "system", "dimension"]
+    scored = (
+        read_scores(run_dir / "scores")
+        .join(ratings.select(keys), on=keys, how="semi")
+        .filter(pl.col("score").is_not_null())
+        .group_by("judge")
+        .len()
+    )
+    pooled = figures.agreement.filter(pl.col("dimension") == "all")
+    assert dict(pooled.select("judge", "n").iter_rows()) == dict(scored.iter_rows())
 
     # a bad cell: exit 2, the file, row and column named, human.csv kept
     before = (folder / "human.csv").read_bytes()
@@ -243,3 +267,16 @@ def test_nested_and_stratified(run_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "audit-10.key.json" in result.stdout
     assert pl.read_csv(out / "human.csv").height == 10 * 4 * 4
+    # the sheet of another run: its answers are not this run's
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other, ignore=shutil.ignore_patterns("audit"))
+    answers = pl.read_parquet(other / "answers" / "part-00000.parquet")
+    answers.with_columns(pl.col("question_id") + "x").write_parquet(
+        other / "answers" / "part-00000.parquet"
+    )
+    bad(
+        cube_ray("audit", other, "--import", out / "audit-10.csv", "--key",
+                 out / "audit-10.key.json", "--out", tmp_path / "o2"),
+        "audit-10.key.json names question", "drawn from another run dir",
+    )  # fmt: skip
+    assert not (tmp_path / "o2").exists()

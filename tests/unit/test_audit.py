@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -388,3 +390,17 @@ def test_import_keeps_ratings_it_would_drop(
         row[5:] = ["1", "1"]
     again = import_sheet(save(tmp_path / "fixed.csv", filled), run_dir=run)
     assert again.path.read_bytes() != before
+
+
+def test_drawing_loads_no_ray_vllm_or_torch(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", n=3)
+    code = (
+        "import sys\nfrom cube_ray.cli import main\n"
+        f"assert main(['audit', {str(run)!r}, '--size', '2']) == 0\n"
+        "heavy = [m for m in ('ray', 'vllm', 'torch') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert "HEAVY []" in result.stdout.splitlines(), result.stdout
