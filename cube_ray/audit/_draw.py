@@ -38,7 +38,7 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 """A cell starting with one of these is read as a formula by spreadsheets."""
 _SENTENCE = re.compile(r"(?<=[.?!。？！])\s*")
 _RUBRIC_LABEL = re.compile(r"^\s*(rubric|评分标准)\s*[:：]\s*", re.IGNORECASE)
-_SHORT_LIMIT = 80
+_SHORT_LIMIT = 100
 _LABEL_LIMIT = 12
 """A first sentence at most this long is a label ("relevance.", "相关性。")."""
 
@@ -121,7 +121,7 @@ def rubric_short(name: str, rubric: str) -> str:
     """The rubric's question in one short line, for a column heading.
 
     The leading ``Rubric:`` label and a first sentence that only names the
-    dimension are left out; the first real sentence is kept (cut at 80
+    dimension are left out; the first real sentence is kept (cut at 100
     characters).
 
     >>> rubric_short("relevance", "Rubric: relevance. Is the answer faithful to "
@@ -138,9 +138,11 @@ def rubric_short(name: str, rubric: str) -> str:
         return name
     label = ""
     first = sentences[0]
-    if len(sentences) > 1 and len(first) <= _LABEL_LIMIT:
-        word = first.rstrip(".。").strip()
-        label = "" if word.lower() == name.lower() else word + "："
+    word = first.rstrip(".。").strip()
+    if len(sentences) > 1 and word.lower() == name.lower():
+        first = sentences[1]
+    elif len(sentences) > 1 and len(first) <= _LABEL_LIMIT:
+        label = word + "："
         first = sentences[1]
     short = label + first
     if len(short) > _SHORT_LIMIT:

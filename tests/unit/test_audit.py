@@ -20,10 +20,13 @@ from cube_ray.audit import (
     AuditKey,
     audit_order,
     import_sheet,
+    score_header,
     write_worksheet,
 )
 from cube_ray.config import RunConfig
 from cube_ray.errors import InputError
+from cube_ray.language import Language
+from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
 from cube_ray.report import read_human_ratings
 from cube_ray.sample import SampleState, sample_block, sample_order, write_sample
 
@@ -404,3 +407,13 @@ def test_drawing_loads_no_ray_vllm_or_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert "HEAVY []" in result.stdout.splitlines(), result.stdout
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_every_packaged_rubric_heads_its_column_with_its_question(
+    language: Language,
+) -> None:
+    for name in DEFAULT_DIMENSIONS:
+        header = score_header(name, default_rubric(name, language))
+        assert header.startswith(f"{name} (0-10): "), header
+        assert header.endswith(("?", "？")), header
