@@ -292,16 +292,24 @@ def _rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
     from cube_ray.errors import CubeRayError
 
     manifest = root / "manifest.json"
+    why = "the run dir records no config"
     try:
         recorded = json.loads(manifest.read_text(encoding="utf-8")).get("config")
-        config = RunConfig.from_dict(recorded, source=str(manifest))
-        return list(config.rubrics().items()), f"the run's config ({manifest})"
-    except (OSError, ValueError, AttributeError, CubeRayError):
-        pass  # no usable config: the scores table's dimensions
-    return _default_rubrics(root, texts)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, dict):
+        try:
+            config = RunConfig.from_dict(recorded, source=str(manifest))
+            return list(config.rubrics().items()), f"the run's config ({manifest})"
+        except CubeRayError as exc:
+            first = str(exc).splitlines()[0]
+            why = f"the config in {manifest} is not usable here: {first}"
+    return _default_rubrics(root, texts, why=why)
 
 
-def _default_rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
+def _default_rubrics(
+    root: Path, texts: Any, *, why: str
+) -> tuple[list[tuple[str, str]], str]:
     from cube_ray.language import detect_language
     from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
 
@@ -321,8 +329,7 @@ def _default_rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str
         for d in ordered
     ]
     source = (
-        f"the packaged {language} rubrics (the run dir records no config); "
-        "dimensions from the scores table"
+        f"the packaged {language} rubrics ({why}); dimensions from the scores table"
     )
     return rubrics, source
 

@@ -417,3 +417,14 @@ def test_every_packaged_rubric_heads_its_column_with_its_question(
         header = score_header(name, default_rubric(name, language))
         assert header.startswith(f"{name} (0-10): "), header
         assert header.endswith(("?", "？")), header
+
+
+def test_a_config_that_no_longer_validates_falls_back_and_says_why(
+    tmp_path: Path,
+) -> None:
+    run = make_run(tmp_path / "run", n=3)
+    (run / "manifest.json").write_text(json.dumps({"config": {"corpuz": {}}}))
+    sheet = write_worksheet(run, size=2)
+    assert [d.name for d in sheet.audit.dimensions] == list(DIMS)
+    assert sheet.rubric_source.startswith("the packaged zh rubrics (the config in ")
+    assert "not usable here" in sheet.rubric_source
