@@ -9,7 +9,11 @@ from pydantic import Field, field_validator
 from cube_ray._pydantic import StrictModel
 from cube_ray.errors import ConfigError
 
-__all__ = ["AggregateOptions", "BoundsOptions", "WeightsError"]
+__all__ = ["DEFAULT_K", "AggregateOptions", "BoundsOptions", "WeightsError"]
+
+DEFAULT_K = 8
+"""Retrieval depth when none is given: a system's ``k`` (rank scores, recall@k)
+and the aggregation's ``k`` without a run config."""
 
 WeightsSpec = (
     Literal["pearson", "equal"] | dict[str, float] | dict[str, dict[str, float]]
@@ -66,7 +70,7 @@ class BoundsOptions(StrictModel):
 class AggregateOptions(BoundsOptions):
     """How summary figures are computed (CUBE_METHOD.md sections 5 to 8 and 10)."""
 
-    k: int | dict[str, int] = 8
+    k: int | dict[str, int] = DEFAULT_K
     """Retrieval depth for ``rank_score = k + 2 - rank``: one for every system
     variant, or one per variant name (e.g. ``{"rag@k4": 4, "rag@k8": 8}``)."""
 

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cube_ray.aggregate._options import AggregateOptions
+
 __all__ = ["parse_k", "register", "run"]
 
 HELP = "Aggregate answers + scores tables into the CuBE summary (summary.json)."
@@ -50,14 +52,15 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="K",
         help="retrieval depth for rank_score (default: the run's own, from "
-        "RUN_DIR/manifest.json, else 8); per system as 'rag@a=4,rag@b=8'",
+        f"RUN_DIR/manifest.json, else {_DEFAULTS['k']}); per system as "
+        "'rag@a=4,rag@b=8'",
     )
     parser.add_argument(
         "--trim",
         type=float,
         default=None,
         help="proportion trimmed from each end, 0 <= trim < 0.5 (default: the "
-        "run's own, else 0.1)",
+        f"run's own, else {_DEFAULTS['trim']})",
     )
     parser.add_argument(
         "--weights",
@@ -65,14 +68,14 @@ def register(subparsers: Any) -> None:
         metavar="pearson|equal|FILE.json",
         help="dimension weights: Pearson with rank_score, equal, or a JSON file "
         '{"<dim>": w} or {"<judge>": {"<dim>": w}} (default: the run\'s own, '
-        "else pearson)",
+        f"else {_DEFAULTS['weights']})",
     )
     parser.add_argument(
         "--bounds-on",
         choices=("all", "paired"),
         default=None,
-        help="questions the zero/full bounds use: all (default) or only those the "
-        "system retrieved (paired)",
+        help="questions the zero/full bounds use: all or only those the system "
+        f"retrieved (paired); default: the run's own, else {_DEFAULTS['bounds_on']}",
     )
     parser.add_argument(
         "--min-gap",
@@ -80,14 +83,14 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="POINTS",
         help="smallest full - zero gap (0-10 scale) for a judge's bounds to count"
-        " as separated (default 0.5; CUBE_METHOD.md section 10)",
+        f" as separated (default {_DEFAULTS['min_gap']}; CUBE_METHOD.md section 10)",
     )
     parser.add_argument(
         "--alpha",
         type=float,
         default=None,
         help="largest one-sided Wilcoxon p-value of full > zero for separated"
-        " bounds (default 0.05)",
+        f" bounds (default {_DEFAULTS['alpha']})",
     )
     parser.add_argument(
         "--no-require-separation",
@@ -306,15 +309,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 _DEFAULTS: dict[str, Any] = {
-    "k": "8",
-    "trim": 0.1,
-    "weights": "pearson",
-    "bounds_on": "all",
-    "min_gap": 0.5,
-    "alpha": 0.05,
-    "require_separation": True,
-    "require_qualification": False,
-}
+    name: field.default for name, field in AggregateOptions.model_fields.items()
+} | {"k": str(AggregateOptions.model_fields["k"].default)}  # parsed as --k is
 """The options' values when neither a flag nor the run's manifest gives one."""
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
-from cube_ray.aggregate._options import AggregateOptions, BoundsOptions
+from cube_ray.aggregate._options import DEFAULT_K, AggregateOptions, BoundsOptions
 from cube_ray.errors import ConfigError
 from cube_ray.language import Language
 from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
@@ -160,14 +160,16 @@ class AggregateConfig(BoundsOptions):
 
         Args:
             system_k: Each system's own retrieval depth (used when ``k`` is
-                None; with no system, 8).
+                None; with no system, ``DEFAULT_K``).
             dimension_weights: The dimensions' ``weight`` (used by ``fixed``).
 
         Returns:
             The options :func:`cube_ray.aggregate.summarize` takes.
         """
         k: int | dict[str, int] = (
-            self.k if self.k is not None else (dict(system_k) if system_k else 8)
+            self.k
+            if self.k is not None
+            else (dict(system_k) if system_k else DEFAULT_K)
         )
         weights: Any = self.weights
         if weights == "fixed":

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cube_ray.aggregate._options import DEFAULT_K
+
 __all__ = [
     "bounds_chart",
     "correlation_heatmaps",
@@ -162,7 +164,7 @@ def rank_charts(ranks: Mapping[str, FloatArray], *, k: Mapping[str, int]) -> byt
     fig = _figure(10, 3.4)
     ax_dist, ax_rec = fig.subplots(1, 2)
     systems = list(ranks)
-    kmax = max([k.get(s, 8) for s in systems] or [8])
+    kmax = max([k.get(s, DEFAULT_K) for s in systems] or [DEFAULT_K])
     width = 0.8 / max(1, len(systems))
     x = np.arange(kmax + 1)
     for si, system in enumerate(systems):

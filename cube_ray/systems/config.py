@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cube_ray._pydantic import StrictModel
+from cube_ray.aggregate._options import DEFAULT_K
 from cube_ray.credentials import literal_credential, literal_in_url
 from cube_ray.engines.config import PoolConfig
 from cube_ray.systems.kinds import kind_named, kind_names
@@ -39,7 +40,7 @@ class SystemConfigBase(StrictModel):
 
     name: str = "rag"
     """``rag`` or ``rag@<variant>``; unique within a run."""
-    k: int = Field(8, ge=1)
+    k: int = Field(DEFAULT_K, ge=1)
     """Retrieval depth: rank scores are ``k + 2 - rank``; recall@k."""
     pool: PoolConfig = Field(default_factory=lambda: PoolConfig.model_validate({}))
     """Actor pool of this system's stage."""

@@ -1,0 +1,37 @@
+"""``cube-ray aggregate`` takes its defaults from the options model, not a copy."""
+
+from __future__ import annotations
+
+from cube_ray.aggregate._options import DEFAULT_K, AggregateOptions
+from cube_ray.cli import build_parser
+from cube_ray.commands import aggregate as command
+from cube_ray.config import AggregateConfig
+from cube_ray.systems import QaFileSystemConfig
+
+
+def test_the_cli_defaults_are_the_models() -> None:
+    args = build_parser().parse_args(["aggregate", "--answers", "a", "--scores", "s"])
+    command._fill_defaults(args)
+    options = command._options(args, args.weights)
+    assert options == AggregateOptions()
+    assert options.k == DEFAULT_K
+    # Every option of the model gets its default from the model.
+    assert set(command._DEFAULTS) == set(AggregateOptions.model_fields)
+
+
+def test_the_help_names_the_models_defaults() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    helps = {a.dest: a.help or "" for a in sub.choices["aggregate"]._actions}
+    defaults = AggregateOptions()
+    assert f"else {defaults.k})" in helps["k"]
+    assert f"else {defaults.trim})" in helps["trim"]
+    assert f"else {defaults.weights})" in helps["weights"]
+    assert f"else {defaults.bounds_on}" in helps["bounds_on"]
+    assert f"(default {defaults.min_gap};" in helps["min_gap"]
+    assert f"(default {defaults.alpha})" in helps["alpha"]
+
+
+def test_k_has_one_default() -> None:
+    assert QaFileSystemConfig(path="x").k == DEFAULT_K
+    assert AggregateConfig().options(system_k={}, dimension_weights={}).k == DEFAULT_K
