@@ -136,7 +136,7 @@ def main() -> None:
 
     from cube_ray import schema
     from cube_ray.config import RunConfig
-    from cube_ray.corpus import iter_document_batches
+    from cube_ray.corpus import iter_document_batches, with_prompt_language
     from cube_ray.engines import (
         EmbeddedEngineConfig,
         ReferenceJudgeConfig,
@@ -156,7 +156,7 @@ def main() -> None:
     from cube_ray.stages.inputs import ANSWER_HASH, DOC_HASH
 
     demo = RunConfig.from_yaml(REPO / "conf" / "demo.yaml")
-    config = demo.with_prompt_language(limit=args.records)
+    config = with_prompt_language(demo, limit=args.records)
     docs = pa.concat_tables(
         iter_document_batches(config.corpus, limit=args.records, batch_rows=10_000)
     )

@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,10 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.config import CorpusConfig
 from cube_ray.errors import InputError, Place
+from cube_ray.language import detect_language
+
+if TYPE_CHECKING:
+    from cube_ray.config import RunConfig
 
 __all__ = [
     "Document",
@@ -42,6 +46,7 @@ __all__ = [
     "iter_records",
     "record_to_document",
     "stable_hash",
+    "with_prompt_language",
 ]
 
 
@@ -490,3 +495,24 @@ def _to_table(docs: list[Document]) -> pa.Table:
         },
         schema=schema.DOCUMENTS_SCHEMA,
     )
+
+
+LANGUAGE_SAMPLE = 200
+"""Documents read to decide ``prompts.language: auto``."""
+
+
+def with_prompt_language(config: RunConfig, *, limit: int | None = None) -> RunConfig:
+    """``config`` with ``prompts.language: auto`` decided from its corpus.
+
+    Reads at most the first 200 documents (of the first ``limit``). A config
+    whose language is already set comes back with its packaged template
+    names in that language's set.
+    """
+    language = config.prompts.language
+    if language == "auto":
+        n = min(limit or LANGUAGE_SAMPLE, LANGUAGE_SAMPLE)
+        batch = next(iter_document_batches(config.corpus, batch_rows=n, limit=n), None)
+        texts = [] if batch is None else batch.column(schema.TEXT).to_pylist()
+        language = detect_language(t or "" for t in texts)
+    prompts = config.prompts.for_language(language)
+    return config.model_copy(update={"prompts": prompts})

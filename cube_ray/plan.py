@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cube_ray.config import EnvUse, RunConfig
-from cube_ray.corpus import iter_document_batches
+from cube_ray.corpus import iter_document_batches, with_prompt_language
 from cube_ray.env import url_host as _host
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
@@ -93,7 +93,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     config.prompts.check()
     if limit is None:
         limit = config.corpus.limit
-    config = config.with_prompt_language(limit=limit)
+    config = with_prompt_language(config, limit=limit)
     n_docs = 0
     doc_tokens = 0
     for batch in iter_document_batches(config.corpus, limit=limit):

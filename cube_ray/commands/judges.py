@@ -171,6 +171,7 @@ def _cell(test: dict[str, Any]) -> str:
 
 def _run_check(args: argparse.Namespace) -> int:
     from cube_ray.config import RunConfig
+    from cube_ray.corpus import with_prompt_language
     from cube_ray.judge_check import check_judges
 
     # Keep stdout for the results; vLLM logs to stdout by default. Set before
@@ -183,7 +184,7 @@ def _run_check(args: argparse.Namespace) -> int:
         )
         raise ConfigError(msg)
     config = RunConfig.from_yaml(args.config)
-    config = config.with_prompt_language(limit=args.sample)
+    config = with_prompt_language(config, limit=args.sample)
     results = check_judges(
         config,
         sample=args.sample,

@@ -203,6 +203,7 @@ def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
     Raises:
         ConfigError, ClusterError, InputError: As the run would (exit 2).
     """
+    from cube_ray.corpus import with_prompt_language
     from cube_ray.pipeline.ownership import check_config_owner
     from cube_ray.preflight import check_env
     from cube_ray.systems.kinds import system_kind
@@ -212,4 +213,4 @@ def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
         system_kind(system).check(system)
         system_kind(system).check_rows(system)  # every row, as the run reads them
     if not update:
-        check_config_owner(run_dir, config.with_prompt_language())
+        check_config_owner(run_dir, with_prompt_language(config))

@@ -74,6 +74,7 @@ def _documents_dir(config: Any, *, limit: int | None) -> Path:
 def serve_rag(args: argparse.Namespace) -> int:
     """Build the system and serve it until interrupted."""
     from cube_ray.config import RunConfig
+    from cube_ray.corpus import with_prompt_language
     from cube_ray.env import prompt_key
     from cube_ray.errors import ConfigError
     from cube_ray.prompts import derive_nonce
@@ -102,7 +103,7 @@ def serve_rag(args: argparse.Namespace) -> int:
         system_config,
         documents_path=str(documents),
         generator=config.generator,
-        answer_template=config.with_prompt_language(limit=args.limit).prompts.answer,
+        answer_template=with_prompt_language(config, limit=args.limit).prompts.answer,
         # Derived from the config (and $CUBE_RAY_PROMPT_KEY): the same answer
         # prompts on every start, as a run's on resume.
         nonce=derive_nonce(config.fingerprint(), key=prompt_key()),

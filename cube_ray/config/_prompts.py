@@ -13,8 +13,6 @@ __all__ = ["PromptsConfig"]
 
 _PACKAGED = ("question", "answer", "judge")
 """Template kinds with a packaged default in every prompt set."""
-_LANGUAGE_SAMPLE = 200
-"""Documents read to decide ``prompts.language: auto``."""
 
 
 class PromptsConfig(StrictModel):

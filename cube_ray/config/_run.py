@@ -22,7 +22,7 @@ from cube_ray.config._loader import (
     _format_validation,
     read_config_file,
 )
-from cube_ray.config._prompts import _LANGUAGE_SAMPLE, PromptsConfig
+from cube_ray.config._prompts import PromptsConfig
 from cube_ray.config._ray import RayConfig
 from cube_ray.config._scoring import (
     AggregateConfig,
@@ -281,32 +281,11 @@ class RunConfig(StrictModel):
 
         Packaged default rubrics come from the prompt set of
         ``prompts.language`` (English while it is still ``auto``; see
-        :meth:`with_prompt_language`).
+        :func:`cube_ray.corpus.with_prompt_language`).
         """
         language = self.prompts.language
         lang: Language = "en" if language == "auto" else language
         return {d.name: d.rubric_text(lang) for d in self.dimensions}
-
-    def with_prompt_language(self, *, limit: int | None = None) -> RunConfig:
-        """This config with ``prompts.language: auto`` decided from the corpus.
-
-        Reads at most the first 200 documents (of the first ``limit``). A config
-        whose language is already set comes back with its packaged template
-        names in that language's set.
-        """
-        language = self.prompts.language
-        if language == "auto":
-            from cube_ray import schema
-            from cube_ray.corpus import iter_document_batches
-            from cube_ray.language import detect_language
-
-            n = min(limit or _LANGUAGE_SAMPLE, _LANGUAGE_SAMPLE)
-            batch = next(
-                iter_document_batches(self.corpus, batch_rows=n, limit=n), None
-            )
-            texts = [] if batch is None else batch.column(schema.TEXT).to_pylist()
-            language = detect_language(t or "" for t in texts)
-        return self.model_copy(update={"prompts": self.prompts.for_language(language)})
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:

@@ -36,6 +36,7 @@ import pyarrow as pa
 from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.console import console, quiet_console
+from cube_ray.corpus import with_prompt_language
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
 from cube_ray.pipeline import heap
@@ -193,7 +194,7 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         ResourceWaitError: The autoscaler did not add the nodes a pool needs
             within ``ray.resource_wait_s``; the manifest's status says so.
     """
-    config = config.with_prompt_language(limit=options.limit or config.corpus.limit)
+    config = with_prompt_language(config, limit=options.limit or config.corpus.limit)
     config.prompts.check()  # a bad template (or one without $nonce) fails here
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:

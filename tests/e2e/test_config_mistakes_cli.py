@@ -187,10 +187,11 @@ def _missing_question_file(cfg: dict[str, Any], tmp: Path) -> list[str]:
 
 def _another_runs_dir(cfg: dict[str, Any], tmp: Path) -> list[str]:
     from cube_ray.config import RunConfig
+    from cube_ray.corpus import with_prompt_language
 
     other = yaml.safe_load(yaml.safe_dump(cfg))
     other["judges"]["j1"]["seed"] = 99
-    config = RunConfig.from_yaml(_write(other, tmp)).with_prompt_language()
+    config = with_prompt_language(RunConfig.from_yaml(_write(other, tmp)))
     (tmp / "run").mkdir()
     (tmp / "run" / "manifest.json").write_text(
         json.dumps(

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from cube_ray.config import RunConfig
+from cube_ray.corpus import with_prompt_language
 from cube_ray.engines import FakeEngineConfig
 from cube_ray.errors import ConfigError
 from cube_ray.prompts import derive_nonce
@@ -401,7 +402,7 @@ output_dir: {tmp_path / "out"}
             generator=FakeEngineConfig(name="gen"),
             # serve-rag answers in the corpus's language (Chinese here), and its
             # prompts carry the nonce derived from its config.
-            answer_template=run_config.with_prompt_language().prompts.answer,
+            answer_template=with_prompt_language(run_config).prompts.answer,
             nonce=derive_nonce(run_config.fingerprint()),
         ).answer(QUESTIONS)
         _same(via_http, local)

@@ -314,6 +314,7 @@ def test_every_chinese_rubric_has_five_criteria() -> None:
 
 def test_language_follows_the_corpus(tmp_path: Path) -> None:
     from cube_ray.config import RunConfig
+    from cube_ray.corpus import with_prompt_language
 
     own_judge = tmp_path / "my_judge.txt"
     own_judge.write_text(check_template("judge", "judge").template, encoding="utf-8")
@@ -333,14 +334,14 @@ def test_language_follows_the_corpus(tmp_path: Path) -> None:
             }
         )
 
-    zh = config(["居民身份证换领需要什么材料", "护照 passport"]).with_prompt_language()
+    zh = with_prompt_language(config(["居民身份证换领需要什么材料", "护照 passport"]))
     assert zh.prompts.language == "zh"
     assert (zh.prompts.question, zh.prompts.answer) == ("zh/question", "zh/answer")
     assert zh.prompts.judge == str(own_judge)  # an override stays as it is
     assert zh.rubrics()["quality"] == default_rubric("quality", "zh")
-    en = config(["Passport renewal takes 7 days", "身份证"]).with_prompt_language()
+    en = with_prompt_language(config(["Passport renewal takes 7 days", "身份证"]))
     assert en.prompts.language == "en"
     assert en.prompts.question == "question"
     assert en.rubrics()["quality"] == default_rubric("quality")
-    forced = config(["Passport renewal"], "zh").with_prompt_language()
+    forced = with_prompt_language(config(["Passport renewal"], "zh"))
     assert forced.prompts.language == "zh"

@@ -1,0 +1,112 @@
+"""No import cycle among cube_ray's modules.
+
+Every ``import`` counts, at module level or inside a function (a lazy import
+is still a dependency), except those under ``if TYPE_CHECKING:``. An edge goes
+to the module named (``from pkg import mod`` to ``pkg.mod`` when that is a
+module); a package's ``__init__`` importing its own modules is not a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _modules(root: Path, package: str) -> dict[str, Path]:
+    out = {}
+    for path in (root / package).rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+    found: set[str] = set()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                todo.extend(child.orelse)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                for alias in child.names:
+                    full = f"{child.module}.{alias.name}"
+                    found.add(full if full in modules else child.module)
+            todo.append(child)
+    return found & set(modules)
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports."""
+    modules = _modules(root, package)
+    return {
+        name: _imported(ast.parse(path.read_text(encoding="utf-8")), modules) - {name}
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cube_ray_has_no_import_cycle() -> None:
+    graph = import_graph(ROOT, "cube_ray")
+    assert len(graph) > 100  # every module was read
+    assert "cube_ray.corpus" in graph["cube_ray.plan"]
+    assert cycles(graph) == []
+
+
+def test_a_lazy_import_back_is_a_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg import a\n")
+    (pkg / "a.py").write_text("from pkg.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import a\n    return a\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
+    )
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.c"] == set()  # type-only imports are not dependencies
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
