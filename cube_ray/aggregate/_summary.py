@@ -1,4 +1,9 @@
-"""``summarize``: the whole CuBE aggregation of answers + scores into summary.json."""
+"""``summarize``: the whole CuBE aggregation of answers + scores into summary.json.
+
+Size: about 610 lines, one module on purpose: ``_Aggregation.run`` is the method's
+steps in order (sections 3 to 10) and ``_assemble`` writes each of their frames
+into its block of the summary; split, each half would only be read with the other.
+"""
 
 from __future__ import annotations
 
