@@ -16,7 +16,7 @@ is another run: exit 2 naming both fingerprints and what differs, unless the
 user asks to update the dir in place (``cube-ray run --update``: changed rows
 are recomputed, stale ones dropped). Rows of documents, systems, judges or
 dimensions no longer in the config never reach the summary
-(:func:`cube_ray.pipeline.run.summarize_run`).
+(:func:`cube_ray.pipeline.summary.summarize_run`).
 """
 
 from __future__ import annotations
