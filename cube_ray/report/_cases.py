@@ -6,7 +6,6 @@ text baselines) come from :mod:`cube_ray.aggregate`; these builders only format.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,15 @@ from cube_ray.report._data import CUBE, RunData
 from cube_ray.report._format import fmt
 from cube_ray.report._human import read_human_ratings
 from cube_ray.report._render import LongText, Para, Section, Table
+from cube_ray.report._words import ALPHA_WARN, SCALE_10, disagreement_warning
 
 __all__ = [
     "agreement_section",
     "baselines_section",
     "details_section",
+    "disagreements",
     "humans_section",
+    "judges_agreement",
     "worst_section",
 ]
 
@@ -33,13 +35,37 @@ WORST_N = 10
 """Rows of each worst-case table."""
 
 
-def agreement_section(run: RunData) -> Section | None:
-    """Pairwise Spearman between judges, Krippendorff's alpha per dimension."""
+Agreement = tuple[pl.DataFrame, pl.DataFrame]
+"""``(spearman, alpha)`` of :func:`cube_ray.aggregate.judge_agreement`."""
+
+
+def judges_agreement(run: RunData) -> Agreement | None:
+    """The aggregation's judge agreement of the run (None: under two judges)."""
     if run.scores is None or len(run.judges) < 2:
         return None
-    pairs, alpha = judge_agreement(
-        run.scores, judges=run.judges, dimensions=run.dimensions
-    )
+    return judge_agreement(run.scores, judges=run.judges, dimensions=run.dimensions)
+
+
+def disagreements(agreement: Agreement | None) -> list[str]:
+    """A warning per dimension whose Krippendorff's alpha is below 0.4."""
+    if agreement is None:
+        return []
+    return [
+        w
+        for r in agreement[1].iter_rows(named=True)
+        if (w := disagreement_warning(r["dimension"], r["alpha"])) is not None
+    ]
+
+
+def agreement_section(
+    run: RunData, agreement: Agreement | None = None
+) -> Section | None:
+    """Pairwise Spearman between judges, Krippendorff's alpha per dimension."""
+    if agreement is None:
+        agreement = judges_agreement(run)
+    if agreement is None:
+        return None
+    pairs, alpha = agreement
     sec = Section("agreement", "Judge agreement")
     wide_rows = []
     for (ja, jb), part in pairs.group_by("judge_a", "judge_b", maintain_order=True):
@@ -59,15 +85,17 @@ def agreement_section(run: RunData) -> Section | None:
     )
     sec.blocks.append(
         Table(
-            ["dimension", "units", "Krippendorff's alpha (interval)"],
+            ["dimension", "units", "Krippendorff's alpha (interval scale)"],
             [
                 [r["dimension"], str(r["units"]), fmt(r["alpha"], 3)]
                 for r in alpha.iter_rows(named=True)
             ],
-            caption="Krippendorff's alpha per dimension (units: question × set)",
+            caption="Krippendorff's alpha per dimension (units: question × set; "
+            f"below {ALPHA_WARN} the judges disagree)",
             numeric=frozenset({1, 2}),
         )
     )
+    sec.blocks.extend(Para(w, "warn") for w in disagreements(agreement))
     return sec
 
 
@@ -127,7 +155,8 @@ def humans_section(run: RunData, path: str | Path) -> Section:
                     ]
                     for r in comp.raters.iter_rows(named=True)
                 ],
-                caption="Agreement among human raters (Krippendorff's alpha, interval)",
+                caption="Agreement among human raters (Krippendorff's alpha, interval "
+                "scale)",
                 numeric=frozenset({1, 2, 3}),
             )
         )
@@ -168,18 +197,7 @@ def baselines_section(run: RunData) -> Section:
         sec.blocks.append(Para("The run has no answers table.", "warn"))
         return sec
     table = text_baselines(run.answers, run.scores, sets=[schema.ZERO, *run.systems])
-    rows = [
-        [
-            r["set"],
-            str(r["n"]),
-            fmt(r["bleu"], 1),
-            fmt(r["rouge_l"], 1),
-            fmt(r["jury"], 2),
-            fmt(r["spearman"], 3),
-            fmt(run.figure(r["set"], CUBE)[0], 1) if r["set"] != schema.ZERO else "",
-        ]
-        for r in table.iter_rows(named=True)
-    ]
+    records = list(table.iter_rows(named=True))
     sec.blocks.append(
         Table(
             [
@@ -187,14 +205,31 @@ def baselines_section(run: RunData) -> Section:
                 "n",
                 "BLEU-4 ×100",
                 "ROUGE-L F1 ×100",
-                "jury mean score",
                 "Spearman(ROUGE-L, jury)",
-                "CuBE",
             ],
-            rows,
-            caption="Character-level BLEU and ROUGE-L against the full-score answers, "
-            "beside the judge scores",
-            numeric=frozenset(range(1, 7)),
+            [
+                [
+                    r["set"],
+                    str(r["n"]),
+                    fmt(r["bleu"], 1),
+                    fmt(r["rouge_l"], 1),
+                    fmt(r["spearman"], 3),
+                ]
+                for r in records
+            ],
+            caption="Character-level BLEU and ROUGE-L against the full-score answers "
+            "(text overlap, 0-100), and their rank correlation with the jury's "
+            "scores per question",
+            numeric=frozenset(range(1, 5)),
+        )
+    )
+    sec.blocks.append(
+        Table(
+            ["answers", "n", "jury mean score"],
+            [[r["set"], str(r["n"]), fmt(r["jury"], 2)] for r in records],
+            caption=f"The jury's mean score of the same answers ({SCALE_10}; their "
+            "CuBE is in the headline)",
+            numeric=frozenset({1, 2}),
         )
     )
     return sec
@@ -337,19 +372,70 @@ def details_section(run: RunData, boot_meta: str) -> Section:
         rows.append(
             ["questions", str(run.answers.get_column(schema.QUESTION_ID).n_unique())]
         )
-    shown = run.summary.model_dump(
-        mode="json", exclude={"judges", "across_judges", "intervals"}
-    )
-    for key, value in shown.items():
-        rows.append([f"summary: {key}", json.dumps(value, ensure_ascii=False)[:1500]])
-    if run.manifest:
-        # Masked again: a manifest written by an older version (or edited by
-        # hand) may hold a credential; the prompt nonce stays private too.
-        for key, value in mask(run.manifest).items():
-            rows.append(
-                [f"manifest: {key}", json.dumps(value, ensure_ascii=False)[:600]]
-            )
     sec.blocks.append(
         Table(["item", "value"], [[a, LongText(b, 160)] for a, b in rows])
     )
+    shown = run.summary.model_dump(
+        mode="json", exclude={"judges", "across_judges", "intervals"}
+    )
+    sec.blocks.append(
+        Table(
+            ["setting", "value"],
+            [[a, LongText(b, 160)] for a, b in setting_rows(shown)],
+            caption="summary.json: the aggregation's settings, counts, flags and "
+            "notes (the figures are in the sections above)",
+            anchor="details-summary",
+        )
+    )
+    if run.manifest:
+        # Masked again: a manifest written by an older version (or edited by
+        # hand) may hold a credential; the prompt nonce stays private too.
+        sec.blocks.append(
+            Table(
+                ["setting", "value"],
+                [[a, LongText(b, 160)] for a, b in setting_rows(mask(run.manifest))],
+                caption="manifest.json: how the run was made",
+                anchor="details-manifest",
+            )
+        )
     return sec
+
+
+def _scalar(value: object) -> str:
+    """One setting's value in words: ``yes``/``no``, ``none``, numbers as typed."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def setting_rows(value: object, prefix: str = "") -> list[tuple[str, str]]:
+    """A nested JSON value as ``(dotted key, value)`` rows, nothing cut.
+
+    Lists of plain values become one comma-separated cell; lists of objects
+    get one group of rows per item.
+
+    >>> setting_rows({"parameters": {"k": 8, "trim": 0.1}, "systems": ["a", "b"],
+    ...               "flags": [{"flag": "x", "judge": None}], "notes": []})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('parameters.k', '8'), ('parameters.trim', '0.1'), ('systems', 'a, b'),
+     ('flags 1.flag', 'x'), ('flags 1.judge', 'none'), ('notes', 'none')]
+    """
+    if isinstance(value, Mapping):
+        out: list[tuple[str, str]] = []
+        for key, item in value.items():
+            out += setting_rows(item, f"{prefix}.{key}" if prefix else str(key))
+        return out or [(prefix, "none")]
+    if isinstance(value, list | tuple):
+        if not value:
+            return [(prefix, "none")]
+        if all(not isinstance(v, Mapping | list | tuple) for v in value):
+            return [(prefix, ", ".join(_scalar(v) for v in value))]
+        out = []
+        for i, item in enumerate(value, 1):
+            out += setting_rows(item, f"{prefix} {i}")
+        return out
+    return [(prefix, _scalar(value))]

@@ -13,6 +13,7 @@ from cube_ray.report import _plots
 from cube_ray.report._data import CUBE, load_run, num
 from cube_ray.report._deps import require_report_deps
 from cube_ray.report._format import NO_VERDICT, fmt, interval_text
+from cube_ray.report._glossary import with_glossary
 from cube_ray.report._render import (
     Figure,
     Para,
@@ -22,6 +23,15 @@ from cube_ray.report._render import (
     render_markdown,
 )
 from cube_ray.report._report import resolve_intervals
+from cube_ray.report._words import (
+    SAME_JUDGES,
+    SCALE_100,
+    beyond_bounds,
+    interval_method,
+    mean_sd,
+    no_interval_why,
+    plural,
+)
 
 __all__ = ["write_comparison"]
 
@@ -61,6 +71,7 @@ def write_comparison(
     intervals: dict[str, tuple[float | None, float | None]] = {}
     dims: list[str] = []
     methods: set[str] = set()
+    notes: list[Para] = []
     for run, name in zip(runs, names, strict=True):
         dims.extend(d for d in run.dimensions if d not in dims)
         run.intervals = resolve_intervals(
@@ -88,6 +99,11 @@ def write_comparison(
                     num(run.judge(j).cube.get(system)) if j in used else None
                 )
             wmean, wsd = run.figure(system, WEIGHTED)
+            if not verdict and (shown is None or shown.low is None):
+                notes.append(Para(f"{label}: {no_interval_why(iv, cell)}.", "note"))
+            beyond = None if verdict else beyond_bounds(label, [mean])
+            if beyond is not None:
+                notes.append(Para(beyond, "note"))
             rows.append(
                 [
                     name,
@@ -96,7 +112,7 @@ def write_comparison(
                     fmt(sd, 2),
                     interval_text(shown, 2),
                     fmt(run.recall(system), 3),
-                    f"{fmt(wmean)} ± {fmt(wsd)}",
+                    mean_sd(wmean, wsd),
                     ", ".join(used) or "none",
                 ]
             )
@@ -104,11 +120,7 @@ def write_comparison(
     for run, name in zip(runs, names, strict=True):
         for system in run.systems:
             dim_rows.append(
-                [name, system]
-                + [
-                    "{} ± {}".format(*(fmt(x) for x in run.figure(system, d)))
-                    for d in dims
-                ]
+                [name, system] + [mean_sd(*run.figure(system, d)) for d in dims]
             )
     sec = Section("comparison", "Runs compared")
     sec.blocks.append(
@@ -124,8 +136,14 @@ def write_comparison(
                 "judges used",
             ],
             rows,
-            caption="Headline figures per run and system (interval: judges held "
-            f"fixed, {', '.join(sorted(methods)) or 'none'})",
+            caption=f"Headline figures per run and system ({SCALE_100}; interval: "
+            + (
+                ", ".join(interval_method(m) for m in sorted(methods))
+                + f", {SAME_JUDGES}"
+                if methods
+                else "none"
+            )
+            + ")",
             anchor="comparison-table",
             numeric=frozenset({2, 3, 4, 5, 6}),
         )
@@ -142,16 +160,20 @@ def write_comparison(
                 judges=sorted(per_label),
             ),
             "Bar chart of CuBE per run and system with bootstrap intervals.",
+            "Bar: the jury's mean CuBE; whisker: its 95% bootstrap interval; "
+            "markers: each judge's CuBE (0 = zero bound, 100 = full bound).",
         )
     )
     sec.blocks.append(
         Table(
             ["run", "system", *dims],
             dim_rows,
-            caption="Normalised dimensions (cross-judge mean ± SD)",
+            caption=f"Normalised dimensions (cross-judge mean ± SD; {SCALE_100}; "
+            "no SD with one judge)",
             numeric=frozenset(range(2, 2 + len(dims))),
         )
     )
+    sec.blocks.extend(notes)
     sec.blocks.append(
         Para(
             "Runs are comparable only if they share the question set, the bounds "
@@ -163,12 +185,13 @@ def write_comparison(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     title = "CuBE comparison — " + ", ".join(names)
     meta = [
-        f"{len(runs)} runs",
+        plural(len(runs), "run"),
         "Generated " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     ]
     footer = f"cube-ray {__version__}"
+    sections = with_glossary([sec])
     out_path.write_text(
-        render_html(title=title, meta=meta, sections=[sec], footer=footer),
+        render_html(title=title, meta=meta, sections=sections, footer=footer),
         encoding="utf-8",
     )
     md_path = (
@@ -177,7 +200,7 @@ def write_comparison(
         else out_path.with_name(out_path.name + ".md")
     )
     md_path.write_text(
-        render_markdown(title=title, meta=meta, sections=[sec], footer=footer),
+        render_markdown(title=title, meta=meta, sections=sections, footer=footer),
         encoding="utf-8",
     )
     return out_path

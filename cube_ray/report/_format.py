@@ -11,6 +11,7 @@ from cube_ray.aggregate import (
     incomplete_reasons,
 )
 from cube_ray.report._data import RunData, num
+from cube_ray.report._words import plural
 
 __all__ = [
     "NO_VERDICT",
@@ -130,7 +131,8 @@ def jury_sentence(run: RunData, system: str) -> str:
         )
     else:
         text = (
-            f"{system}: the headline averages {len(used)} judge(s): {plain_list(used)}."
+            f"{system}: the headline averages {plural(len(used), 'judge')}: "
+            f"{plain_list(used)}."
         )
         if left:
             text += (

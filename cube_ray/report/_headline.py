@@ -14,6 +14,16 @@ from cube_ray.report._format import (
     short_reason,
 )
 from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
+from cube_ray.report._words import (
+    SAME_JUDGES,
+    SCALE_100,
+    beyond_bounds,
+    interval_method,
+    mean_sd,
+    no_interval_why,
+    resamples_with_cube,
+    spread_text,
+)
 from cube_ray.sample import describe_sample
 
 __all__ = ["console_lines", "headline_section", "own_model_text"]
@@ -51,7 +61,7 @@ def console_lines(run: RunData) -> list[str]:
     >>> run = RunData(Path("runs/demo"), kept)
     >>> print(console_lines(run)[0])  # doctest: +NORMALIZE_WHITESPACE
     rag: CuBE 41.67, no interval (summary.json has none)
-      (1 of 1 judges: j; SD n/a), recall@3 0.667
+      (1 of 1 judges: j; one judge, so no SD), recall@3 0.667
     >>> run = RunData(Path("runs/demo"), with_intervals(kept, answers, scores,
     ...               n_resamples=50, method="percentile"))
     >>> console_lines(run)[0].split(" (")[0]
@@ -74,10 +84,15 @@ def console_lines(run: RunData) -> list[str]:
                 if iv is not None and cell is not None
                 else "no interval (summary.json has none)"
             )
+            spread = f"SD {fmt(sd, 2)}" if len(used) != 1 else "one judge, so no SD"
             lines.append(
-                f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; SD {fmt(sd, 2)}), "
-                f"{recall}"
+                f"{system}: CuBE {fmt(mean, 2)}, {ci} ({jury}; {spread}), {recall}"
             )
+            if mean is not None and mean > 100:
+                lines.append(
+                    f"  above 100: {system}'s answers scored above the full bound "
+                    "(answers written from the gold document alone)"
+                )
             own = own_model_text(run, system)
             if own is not None:
                 lines.append(f"  {own}")
@@ -125,7 +140,7 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
         else:
             details = [
                 (f"recall@{k}", fmt(recall, 3)),
-                ("weighted bounded score", f"{fmt(wmean)} ± {fmt(wsd)}"),
+                ("weighted score (normalised)", mean_sd(wmean, wsd)),
                 ("judges used", ", ".join(used) or "none"),
             ]
             own = _without_own_model(run, system)
@@ -148,11 +163,17 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                         ", ".join(block.judges) or "none",
                     ]
                 )
+            if mean is not None and mean > 100:  # said where the number is shown
+                details.append(("above 100", "scored above the full bound"))
+            elif mean is not None and mean < 0:
+                details.append(("below 0", "scored below the zero bound"))
             card = HeadlineCard(
                 system=system,
                 cube=fmt(mean),
-                spread=f"± {fmt(sd)} SD across {len(used)} judges",
-                interval=f"95% bootstrap CI {interval_text(ci)}",
+                spread=spread_text(sd, len(used)),
+                interval=f"95% bootstrap interval {interval_text(ci)}"
+                if ci is not None and ci.low is not None
+                else no_interval_why(iv, cell),
                 details=details,
             )
             row = [
@@ -173,20 +194,20 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 ", ".join(used) or "none",
                 "; ".join(f"{j}: {why}" for j, _, why in left_out(run, system))
                 or "none",
-                iv.method if shown and iv is not None else "n/a",
-                f"{cell.n_defined} of {iv.n_resamples}"
+                interval_method(iv.method) if shown and iv is not None else "none",
+                resamples_with_cube(iv, cell)
                 if shown and iv is not None and cell is not None
-                else "n/a",
+                else "none",
             ]
         )
     sec.blocks.append(
         Para(
             "CuBE = normalised weighted score × recall@k, where the normalised score "
-            "places the system between answers written without context (zero = 0) "
-            "and answers written from the gold document alone (full = 100). "
-            "Mean ± SD across the judges used; the interval resamples questions "
-            "with the judges held fixed: it says how much the figure would move "
-            "with another draw of questions like these, not with another jury.",
+            "places the system between the zero bound (answers written without "
+            "context, 0) and the full bound (answers written from the gold document "
+            "alone, 100). Mean ± SD across the judges used; the interval resamples "
+            f"the questions with {SAME_JUDGES}: it says how much the figure would "
+            "move with another draw of questions like these, not with another jury.",
             "note",
         )
     )
@@ -197,6 +218,16 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 "warn" if run.no_verdict(system) or left_out(run, system) else "note",
             )
         )
+        beyond = (
+            None
+            if run.no_verdict(system)
+            else beyond_bounds(system, [run.figure(system, CUBE)[0]])
+        )
+        if beyond is not None:
+            sec.blocks.append(Para(beyond, "warn"))
+        cell = iv.systems.get(system) if iv is not None else None
+        if not run.no_verdict(system) and (cell is None or cell.cube.low is None):
+            sec.blocks.append(Para(f"{system}: {no_interval_why(iv, cell)}.", "note"))
     sample = _sample_text(run)
     if sample is not None:  # a planned sample (CUBE_METHOD.md section 11)
         sec.blocks.append(Para(f"Questions on a sample: {sample}.", "note"))
@@ -216,7 +247,8 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 "weighted SD",
             ],
             rows,
-            caption="Headline figures (from summary.json; CI by bootstrap)",
+            caption=f"Headline figures ({SCALE_100}; recall@k a share of questions; "
+            "no SD with one judge; from summary.json)",
             anchor="headline-table",
             numeric=frozenset(range(1, 7)),
         )
@@ -244,14 +276,15 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
         Table(
             [
                 "system",
-                "judges used (held fixed)",
+                "judges used (the same in every resample)",
                 "judges left out",
                 "interval",
-                "defined replicates",
+                "resamples with a CuBE from every judge",
             ],
             detail_rows,
             caption="Who the headline averages and how its interval was computed "
-            "(a replicate is defined when every judge used has a CuBE in it)",
+            "(the interval is read from the resamples in which every judge used "
+            "has a CuBE)",
             anchor="headline-jury",
         )
     )
@@ -289,6 +322,8 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
             ),
             "Bar chart of the cross-judge mean CuBE per system with bootstrap "
             "intervals and one marker per judge.",
+            "Bar: the jury's mean CuBE; whisker: its 95% bootstrap interval; "
+            "markers: each judge's CuBE (0 = zero bound, 100 = full bound).",
         )
     )
     return sec

@@ -23,6 +23,7 @@ __all__ = [
     "Para",
     "Section",
     "Table",
+    "Terms",
     "render_html",
     "render_markdown",
 ]
@@ -80,7 +81,14 @@ class HeadlineCard:
     details: Sequence[tuple[str, str]]
 
 
-Block = Para | Table | Figure | HeadlineCard
+@dataclass(frozen=True)
+class Terms:
+    """Glossary lines ``(term, meaning)`` where the terms first appear."""
+
+    entries: Sequence[tuple[str, str]]
+
+
+Block = Para | Table | Figure | HeadlineCard | Terms
 
 
 @dataclass
@@ -140,6 +148,11 @@ figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { color: var(--muted); font-size: .85rem; }
 p.note { color: var(--muted); font-size: .9rem; }
 p.warn { color: var(--warn); font-weight: 600; }
+dl.terms { font-size: .85rem; color: var(--muted); margin: 4px 0 12px;
+  padding: 4px 10px; border-left: 3px solid var(--line); }
+dl.terms dt { display: inline; font-weight: 600; color: var(--fg); }
+dl.terms dd { display: inline; margin: 0; }
+dl.terms dd::after { content: ""; display: block; }
 footer { color: var(--muted); font-size: .8rem; padding: 24px 20px; }
 @media print {
   body { font-size: 10.5pt; }
@@ -219,6 +232,12 @@ def _block_html(block: Block | Section, level: int) -> str:
             f'<img alt="{_e(block.alt)}" src="data:image/png;base64,{data}">'
             f"{caption}</figure>"
         )
+    if isinstance(block, Terms):
+        lines = "".join(
+            f"<dt>{_e(term)}:</dt> <dd>{_e(meaning)}</dd>"
+            for term, meaning in block.entries
+        )
+        return f'<dl class="terms">{lines}</dl>'
     details = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in block.details)
     return (
         f'<div class="card" data-system="{_e(block.system)}">'
@@ -344,6 +363,11 @@ def _block_md(block: Block | Section, level: int) -> list[str]:
         return [*out, ""]
     if isinstance(block, Figure):
         return [f"*Figure: {_md_cell(block.title)} (see report.html).*", ""]
+    if isinstance(block, Terms):
+        return [
+            *(f"> **{_md_cell(t)}**: {_md_cell(m)}  " for t, m in block.entries),
+            "",
+        ]
     return []
 
 

@@ -25,11 +25,14 @@ from cube_ray.report._cases import (
     agreement_section,
     baselines_section,
     details_section,
+    disagreements,
     humans_section,
+    judges_agreement,
     worst_section,
 )
 from cube_ray.report._data import RunData, load_run
 from cube_ray.report._deps import require_report_deps
+from cube_ray.report._glossary import with_glossary
 from cube_ray.report._headline import console_lines, headline_section
 from cube_ray.report._qualification import qualification_section
 from cube_ray.report._render import Para, Section, render_html, render_markdown
@@ -40,6 +43,7 @@ from cube_ray.report._sections import (
     retrieval_section,
     variants_section,
 )
+from cube_ray.report._words import SAME_JUDGES, interval_method, plural
 from cube_ray.sample import load_strata
 
 __all__ = ["ReportPaths", "build_sections", "resolve_intervals", "write_report"]
@@ -123,6 +127,9 @@ def build_sections(
                 "warn",
             )
         )
+    # The jury's disagreement is said in the headline too, not only below.
+    agreement = judges_agreement(run)
+    notes.extend(Para(w, "warn") for w in disagreements(agreement))
     sections = [headline_section(run, notes), per_judge_section(run)]
     for part in (
         distributions_section(run),
@@ -130,7 +137,7 @@ def build_sections(
         bounds_section(run) if run.judges and run.systems else None,
         qualification_section(run),
         variants_section(run),
-        agreement_section(run),
+        agreement_section(run, agreement),
         humans_section(run, human_ratings) if human_ratings is not None else None,
         baselines_section(run) if baselines else None,
         worst_section(run),
@@ -140,7 +147,7 @@ def build_sections(
     iv = run.intervals
     meta = (
         f"{iv.n_resamples} resamples of the {iv.resampling}, seed {iv.seed}, "
-        f"{iv.method} interval, judges held fixed"
+        f"{interval_method(iv.method)} interval, {SAME_JUDGES}"
         if iv is not None
         else "not computed"
     )
@@ -155,9 +162,10 @@ def _meta(run: RunData) -> list[str]:
         else None
     )
     return [
-        f"Run {run.name} · {len(run.systems)} system(s) · {len(run.judges)} judge(s) · "
-        f"{len(run.dimensions)} dimension(s)"
-        + (f" · {n_q} questions" if n_q is not None else ""),
+        f"Run {run.name} · {plural(len(run.systems), 'system')} · "
+        f"{plural(len(run.judges), 'judge')} · "
+        f"{plural(len(run.dimensions), 'dimension')}"
+        + (f" · {plural(n_q, 'question')}" if n_q is not None else ""),
         "Generated " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     ]
 
@@ -197,7 +205,9 @@ def write_report(
     run.intervals = resolve_intervals(
         run, n_resamples=n_resamples, seed=seed, interval=interval
     )
-    sections = build_sections(run, human_ratings=human_ratings, baselines=baselines)
+    sections = with_glossary(
+        build_sections(run, human_ratings=human_ratings, baselines=baselines)
+    )
     out = Path(out_dir) if out_dir is not None else run.run_dir
     out.mkdir(parents=True, exist_ok=True)
     title = f"CuBE report — {run.name}"

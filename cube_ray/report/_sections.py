@@ -19,6 +19,13 @@ from cube_ray.report import _plots
 from cube_ray.report._data import CUBE, RunData, num
 from cube_ray.report._format import fmt
 from cube_ray.report._render import Figure, Para, Section, Table
+from cube_ray.report._words import (
+    SCALE_10,
+    SCALE_100,
+    SCALE_SHARE,
+    beyond_bounds,
+    mean_sd,
+)
 
 __all__ = [
     "bounds_section",
@@ -51,26 +58,30 @@ def per_judge_section(run: RunData) -> Section:
     """Bounds, weights, normalised figures and CuBE of every judge; flags."""
     sec = Section("judges", "Per-judge results")
     cols = [*run.dimensions, WEIGHTED]
+    set_words = {schema.ZERO: "zero bound", schema.FULL: "full bound"}
     for system in run.systems:
+        # One scale per table: raw 0-10 means, weights, then the 0-100 figures.
+        raw: list[list[str]] = []
+        weight_rows: list[list[str]] = []
         rows: list[list[str]] = []
+        beyond: list[float | None] = []
         for judge in run.judges:
             figures = run.judge(judge)
             tms = figures.trimmed_means.get(system, {})
             for set_name in (schema.ZERO, schema.FULL, system):
                 vals = tms.get(set_name, {})
-                rows.append(
-                    [judge, f"trimmed mean: {set_name}"]
+                raw.append(
+                    [judge, f"trimmed mean: {set_words.get(set_name, set_name)}"]
                     + [fmt(vals.get(c), 3) for c in cols]
-                    + ["", ""]
                 )
             weights = figures.weights.get(system, {})
             method = figures.weight_method.get(system)
-            rows.append(
-                [judge, f"weight ({method})" if method else "weight"]
+            weight_rows.append(
+                [judge, method or "n/a"]
                 + [fmt(weights.get(c), 3) for c in run.dimensions]
-                + ["", "", ""]
             )
             norm = figures.normalized.get(system, {})
+            beyond += [num(norm.get(c)) for c in cols] + [figures.cube.get(system)]
             rows.append(
                 [judge, "normalised"]
                 + [fmt(norm.get(c), 1) for c in cols]
@@ -82,14 +93,37 @@ def per_judge_section(run: RunData) -> Section:
         k = run.k_of(system)
         sec.blocks.append(
             Table(
+                ["judge", "answers", *cols],
+                raw,
+                caption=f"{system}: trimmed means of the zero bound, the full bound "
+                f"and the system per judge ({SCALE_10})",
+                anchor=f"judges-raw-{system}",
+                numeric=frozenset(range(2, 2 + len(cols))),
+            )
+        )
+        sec.blocks.append(
+            Table(
+                ["judge", "how the weights were set", *run.dimensions],
+                weight_rows,
+                caption=f"{system}: weights of the dimensions per judge "
+                f"({SCALE_SHARE})",
+                anchor=f"judges-weights-{system}",
+                numeric=frozenset(range(2, 2 + len(run.dimensions))),
+            )
+        )
+        sec.blocks.append(
+            Table(
                 ["judge", "figure", *cols, f"recall@{k}", "CuBE"],
                 rows,
-                caption=f"{system}: bounds (0-10), weights, normalised scores (zero = "
-                "0, full = 100) and CuBE per judge",
+                caption=f"{system}: normalised scores and CuBE per judge "
+                f"({SCALE_100}; recall@{k} a share of questions)",
                 anchor=f"judges-{system}",
                 numeric=frozenset(range(2, 4 + len(cols))),
             )
         )
+        note = beyond_bounds(system, beyond)
+        if note is not None:
+            sec.blocks.append(Para(note, "note"))
     kinds = {judge: run.judge_kind(judge) for judge in run.judges}
     if any(kind != "LLM" for kind in kinds.values()):
         sec.blocks.append(
@@ -308,11 +342,16 @@ def variants_section(run: RunData) -> Section | None:
         Table(
             ["system", *rows],
             [
-                [s] + [f"{fmt(m)} ± {fmt(sd)}" for m, sd in (means[s][r] for r in rows)]
+                [s] + [mean_sd(m, sd) for m, sd in (means[s][r] for r in rows)]
                 for s in run.systems
             ],
-            caption="Cross-judge mean ± SD of every normalised figure",
+            caption=f"Cross-judge mean ± SD of every normalised figure ({SCALE_100}; "
+            "no SD with one judge)",
             numeric=frozenset(range(1, len(rows) + 1)),
         )
     )
+    for s in run.systems:
+        note = beyond_bounds(s, [means[s][CUBE][0]])
+        if note is not None:
+            sec.blocks.append(Para(note, "note"))
     return sec

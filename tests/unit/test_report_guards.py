@@ -32,6 +32,7 @@ from cube_ray.aggregate import summarize as _summarize
 from cube_ray.cli import main
 from cube_ray.errors import InputError
 from cube_ray.report import NO_VERDICT, write_report
+from cube_ray.report._words import interval_method
 
 WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
 needs_worked = pytest.mark.skipif(
@@ -285,13 +286,13 @@ def test_headline_without_a_separated_judge_shows_no_number(
     # The other variant: one judge used, the two left out named with why.
     hybrid = rows["rag@hybrid"]
     assert hybrid[0] == f"{summary['judges']['judge-a']['cube']['rag@hybrid']:.2f}"
-    assert "rag@hybrid: the headline averages 1 judge(s): judge-a." in headline
+    assert "rag@hybrid: the headline averages 1 judge: judge-a." in headline
     assert (
         "judge-b: its full-score answers did not score clearly above its zero-score "
         "answers (one-sided Wilcoxon p = 0.400)" in headline
     )
     assert "| rag@hybrid | judge-a | judge-b:" in headline
-    assert "bca | 30 of 30 |" in headline
+    assert "bias-corrected (BCa) bootstrap | 30 of 30 |" in headline
 
 
 @needs_worked
@@ -389,9 +390,10 @@ def test_cli_interval_option(tmp_path: Path) -> None:
     _summarize(answers, scores, options=AggregateOptions()).write(run / "summary.json")
     args = ["report", str(run), "--resamples", "20"]
     assert main([*args, "--interval", "percentile"]) == 0
-    assert "| percentile | 20 of 20 |" in (run / "report.md").read_text()
+    assert "| percentile bootstrap | 20 of 20 |" in (run / "report.md").read_text()
     assert main(args) == 0  # the default
-    assert f"| {DEFAULT_INTERVAL} | 20 of 20 |" in (run / "report.md").read_text()
+    default = interval_method(DEFAULT_INTERVAL)
+    assert f"| {default} | 20 of 20 |" in (run / "report.md").read_text()
 
 
 # --- end to end with the aggregation's own guards ----------------------------
@@ -437,7 +439,7 @@ def test_report_of_a_summary_with_a_blind_judge(
         assert rows[system][0] == f"{block['cube']['mean']:.2f}"
         assert f"{summary['judges']['judge-c']['cube'][system]:.2f}" not in headline
         assert f"| {system} | judge-a, judge-b | judge-c:" in headline
-    assert "the headline averages 2 judge(s): judge-a and judge-b." in headline
+    assert "the headline averages 2 judges: judge-a and judge-b." in headline
     why = summary["across_judges"][BM25]["excluded"]["judge-c"]
     assert why["code"] == "bounds_not_separated"
     assert f"judge-c: {why['text']}" in headline  # the aggregation's words

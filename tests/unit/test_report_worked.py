@@ -259,9 +259,9 @@ def test_report_shows_the_summary_intervals(tmp_path: Path) -> None:
         assert f"95% CI [{cell.cube.low:.2f}, {cell.cube.high:.2f}]" in "\n".join(
             paths.headline
         )
-    assert "| percentile | 60 of 60 |" in md
-    assert "60 resamples of the questions, seed 9, percentile interval" in md
+    assert "| percentile bootstrap | 60 of 60 |" in md
+    assert "60 resamples of the questions, seed 9, percentile bootstrap interval" in md
     # Other intervals than recorded: computed by the aggregation, not stored.
     md = write_report(run, n_resamples=30, interval="bca").markdown.read_text()
-    assert "| bca | 30 of 30 |" in md
+    assert "| bias-corrected (BCa) bootstrap | 30 of 30 |" in md
     assert Summary.read(run / "summary.json") == summary
