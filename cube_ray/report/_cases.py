@@ -50,11 +50,9 @@ def disagreements(agreement: Agreement | None) -> list[str]:
     """A warning per dimension whose Krippendorff's alpha is below 0.4."""
     if agreement is None:
         return []
-    return [
-        w
-        for r in agreement[1].iter_rows(named=True)
-        if (w := disagreement_warning(r["dimension"], r["alpha"])) is not None
-    ]
+    alphas = dict(zip(agreement[1]["dimension"], agreement[1]["alpha"], strict=True))
+    warning = disagreement_warning(alphas)
+    return [] if warning is None else [warning]
 
 
 def agreement_section(

@@ -7,7 +7,7 @@ gets a sentence beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from cube_ray.aggregate import Intervals, SystemInterval
 from cube_ray.report._data import num
@@ -141,18 +141,33 @@ def beyond_bounds(system: str, values: Iterable[object]) -> str | None:
     return " ".join(parts) or None
 
 
-def disagreement_warning(dimension: str, alpha: object) -> str | None:
-    """The warning for a dimension whose Krippendorff's alpha is below 0.4.
+def disagreement_warning(alphas: Mapping[str, object]) -> str | None:
+    """The warning for the dimensions whose Krippendorff's alpha is below 0.4.
 
-    >>> print(disagreement_warning("quality", 0.027))  # doctest: +ELLIPSIS
-    The judges disagree on quality (Krippendorff's α 0.027, below 0.4); read ...
-    >>> disagreement_warning("quality", 0.81) is None
+    >>> print(disagreement_warning({"quality": 0.027, "relevance": 0.81}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    The judges disagree on quality (Krippendorff's α 0.027, below 0.4); read
+    its figures with care.
+    >>> print(disagreement_warning({"quality": 0.027, "relevance": 0.3}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    The judges disagree on quality and relevance (Krippendorff's α 0.027 and
+    0.300, below 0.4); read their figures with care.
+    >>> disagreement_warning({"quality": 0.81, "relevance": None}) is None
     True
     """
-    a = num(alpha)
-    if a is None or a >= ALPHA_WARN:
+    low = {d: a for d, a in ((d, num(x)) for d, x in alphas.items()) if a is not None}
+    low = {d: a for d, a in low.items() if a < ALPHA_WARN}
+    if not low:
         return None
+    dims = list(low)
+    joined = _and(dims)
+    vals = _and([f"{low[d]:.3f}" for d in dims])
+    whose = "their" if len(dims) > 1 else "its"
     return (
-        f"The judges disagree on {dimension} (Krippendorff's α {a:.3f}, below "
-        f"{ALPHA_WARN}); read its figures with care."
+        f"The judges disagree on {joined} (Krippendorff's α {vals}, below "
+        f"{ALPHA_WARN}); read {whose} figures with care."
     )
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

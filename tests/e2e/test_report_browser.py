@@ -13,6 +13,7 @@ with real Guangdong item names as document titles (source:
 from __future__ import annotations
 
 import base64
+import io
 import json
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -103,6 +105,18 @@ def _build_run(root: Path) -> Path:
     scores.select(
         schema.QUESTION_ID, schema.SYSTEM, schema.DIMENSION, schema.SCORE
     ).write_csv(run / "human.csv")
+    return run
+
+
+def _one_system_run(run: Path) -> Path:
+    """The worked example with one system (rag@bm25) and its two bounds."""
+    run.mkdir(parents=True)
+    keep = pl.col(schema.SYSTEM).is_in(["zero", "full", "rag@bm25"])
+    answers = pl.read_parquet(WORKED / "answers.parquet").filter(keep)
+    scores = pl.read_parquet(WORKED / "scores.parquet").filter(keep)
+    answers.write_parquet(run / "answers.parquet")
+    scores.write_parquet(run / "scores.parquet")
+    summarize(answers, scores, options=AggregateOptions()).write(run / "summary.json")
     return run
 
 
@@ -254,9 +268,18 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
     )
     screenshot = _screenshot(browser, session)
     (tmp_path / "report.png").write_bytes(screenshot)
+    _assert_chart_title_not_clipped(browser, session, evaluate)
     shot_dir = Path(__file__).resolve().parents[2] / ".pytest_cache"
     if shot_dir.is_dir():  # a stable place to look at the last screenshot
         (shot_dir / "report_browser.png").write_bytes(screenshot)
+        # The headline as a reader first sees it (docs/img/report.png).
+        top = evaluate(
+            "document.querySelector('#headline').getBoundingClientRect().bottom"
+            " + window.scrollY"
+        )
+        (shot_dir / "report_headline.png").write_bytes(
+            _screenshot(browser, session, height=min(float(top), 2400.0))
+        )
 
     pdf = base64.b64decode(
         browser.send("Page.printToPDF", {"printBackground": True}, session=session)[
@@ -310,6 +333,24 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
         "fig-variants",
     }
     assert all(p["w"] > 100 for p in info["plots"])
+    # One system: the narrowest CuBE chart, where its title was cut (issue 28).
+    one = _one_system_run(tmp_path / "one")
+    browser.events = [
+        e for e in browser.events if e.get("method") != "Page.loadEventFired"
+    ]
+    browser.send(
+        "Page.navigate",
+        {"url": write_report(one, n_resamples=50).html.as_uri()},
+        session=session,
+    )
+    browser.wait_event("Page.loadEventFired")
+    assert all(
+        evaluate(
+            "Promise.all([...document.images].map(i => i.decode().then(() => true, "
+            "() => false)))"
+        )
+    )
+    _assert_chart_title_not_clipped(browser, session, evaluate)
     assert info["sections"] == [
         "headline",
         "judges",
@@ -325,7 +366,15 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
     ]
 
 
-def _screenshot(browser: _Cdp, session: str) -> bytes:
+def _screenshot(
+    browser: _Cdp,
+    session: str,
+    *,
+    x: float = 0,
+    y: float = 0,
+    width: float | None = None,
+    height: float | None = None,
+) -> bytes:
     metrics = browser.send("Page.getLayoutMetrics", session=session)
     size = metrics["cssContentSize"]
     data = browser.send(
@@ -334,13 +383,46 @@ def _screenshot(browser: _Cdp, session: str) -> bytes:
             "format": "png",
             "captureBeyondViewport": True,
             "clip": {
-                "x": 0,
-                "y": 0,
-                "width": size["width"],
-                "height": min(size["height"], 16000),
+                "x": x,
+                "y": y,
+                "width": width if width is not None else size["width"],
+                "height": height if height is not None else min(size["height"], 16000),
                 "scale": 1,
             },
         },
         session=session,
     )["data"]
     return base64.b64decode(data)
+
+
+def _assert_chart_title_not_clipped(browser: _Cdp, session: str, evaluate: Any) -> None:
+    """The CuBE chart's title lies inside its picture, as Chromium shows it.
+
+    Its long title ("CuBE per system (bar: jury mean, …") was centred over
+    the axes and cut at both edges of the PNG ("per system (bar: jury mean,").
+    The chart's top band (above the axes and the legend) is read from a
+    screenshot of the shown image: its dark pixels (the title) must keep a
+    margin to the left and right edges.
+    """
+    from PIL import Image
+
+    box = evaluate(
+        """(() => { const r = document.querySelector('#fig-cube img')
+            .getBoundingClientRect();
+          return {x: r.left + window.scrollX, y: r.top + window.scrollY,
+                  w: r.width, h: r.height,
+                  inside: r.left >= 0 && r.right <= window.innerWidth}; })()"""
+    )
+    assert box["inside"], box  # the picture itself is not cut by the page
+    shot = _screenshot(
+        browser, session, x=box["x"], y=box["y"], width=box["w"], height=box["h"]
+    )
+    image = Image.open(io.BytesIO(shot)).convert("L")
+    width, height = image.size
+    pixels = np.asarray(image)
+    band = pixels[: max(1, int(height * 0.07))]
+    dark = np.flatnonzero((band < 110).any(axis=0))
+    assert dark.size, "no title in the chart's top band"
+    margin = 0.03 * width
+    assert dark.min() > margin, ("title cut on the left", dark.min(), width)
+    assert dark.max() < width - margin, ("title cut on the right", dark.max(), width)

@@ -255,7 +255,7 @@ def test_disagreement_warned_only_when_alpha_is_low(
     assert "The judges disagree" not in rendered["agree"].md
     assert "The judges disagree" not in rendered["agree"].html
     # The flat judge scores at random: the jury disagrees on both dimensions.
-    assert "The judges disagree on relevance" in rendered["above"].md
+    assert "The judges disagree on quality and relevance" in rendered["above"].md
 
 
 def test_cube_above_100_is_explained_where_shown(
