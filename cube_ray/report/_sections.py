@@ -47,8 +47,10 @@ def _flag_rows(flags: list[Flag]) -> list[list[str]]:
             for k, v in f.model_dump(exclude_none=True).items()
             if k not in _FLAG_FIELDS
         }
-        detail = ", ".join(
-            f"{k}={fmt(v, 2) if num(v) is not None else v}" for k, v in rest.items()
+        # "gap 0.27; p value 0.21", not "gap=0.27, p_value=0.21".
+        detail = "; ".join(
+            f"{k.replace('_', ' ')} {fmt(v, 2) if num(v) is not None else v}"
+            for k, v in rest.items()
         )
         rows.append([f.judge or "", f.system or "", f.flag, detail])
     return rows

@@ -275,6 +275,9 @@ def test_cube_above_100_is_explained_where_shown(
         rendered["above"].console
     )
     assert "Above 100: above:rag's answers" in rendered["compare"].md
+    # The flag says it in words too.
+    per_judge = _sections(rendered["above"].md)["Per-judge results"]
+    assert "| outside bounds | figure normalized.weighted; value " in per_judge
     for name in ("agree", "disagree"):
         assert "Above 100:" not in rendered[name].md
         assert "<dt>above 100</dt>" not in rendered[name].raw_html
