@@ -332,8 +332,8 @@ def test_full_run_with_tiny_vllm(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert manifest["status"] == "complete"
     # The report shows the final manifest and labels the reference judge.
     report = (run_dir / "report.md").read_text(encoding="utf-8")
-    assert '"complete"' in report
-    assert '"running"' not in report
+    assert "| status | complete |" in report  # a row of the run details
+    assert "| status | running |" not in report
     assert "reference judge (no LLM)" in report
     scored = [
         s

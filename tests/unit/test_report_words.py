@@ -121,7 +121,8 @@ def _run(
         summary = with_intervals(summary, answers, scores, n_resamples=resamples)
     summary.write(root / "summary.json")
     (root / "manifest.json").write_text(
-        '{"config": {"judges": {"judge-a": {"backend": "vllm", "model": "m"}}}, '
+        '{"status": "complete", '
+        '"config": {"judges": {"judge-a": {"backend": "vllm", "model": "m"}}}, '
         '"stages": [{"name": "judge", "wall_s": 12.5, "rows": 320}]}',
         encoding="utf-8",
     )
@@ -403,6 +404,7 @@ def test_run_details_are_rows_not_json(rendered: dict[str, Rendered]) -> None:
     assert "| systems | rag@a, rag@b |" in details
     assert "| stages 1.wall_s | 12.5 |" in details
     assert "| config.judges.judge-a.backend | vllm |" in details
+    assert "| status | complete |" in details
     assert '{"' not in details
     assert "…" not in details
 
