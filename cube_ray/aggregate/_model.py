@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     ValidationError,
     model_serializer,
     model_validator,
@@ -43,6 +44,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "UNQUALIFIED_JUDGE",
     "AcrossJudges",
+    "CalibratedAcross",
+    "CalibratedFigure",
+    "Calibration",
     "Counts",
     "CrossJudgeFigure",
     "FigureInterval",
@@ -290,6 +294,76 @@ class Intervals(_Model):
     systems: dict[str, SystemInterval]
 
 
+class CalibratedFigure(_Model):
+    """``calibrated.<judge>.<system>``: a CuBE calibrated by a human audit (§13).
+
+    ``cube = f_H(L) + lambda (f_J(U) - f_J(L))``: the humans' CuBE on the
+    audited questions L, corrected by how far the judge's CuBE on the other
+    questions U lies from its CuBE on L.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        serialize_by_alias=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+    cube: float | None
+    """The calibrated CuBE (human scale)."""
+    interval: FigureInterval
+    """Its bootstrap interval (L and U resampled independently)."""
+    n_labeled: int
+    """Audited questions (L)."""
+    lambda_: float = Field(alias="lambda")
+    """The power-tuned weight of the judge's figures, in [0, 1] (0: the
+    human-only figure)."""
+    human_only: float | None
+    """The humans' CuBE on the audited questions alone (lambda = 0)."""
+    human_only_interval: FigureInterval
+    judge_cube: float | None
+    """The judge's own CuBE on every question (``judges.<judge>.cube``;
+    for the jury, the headline)."""
+    gain: float | None
+    """``(width_human_only / width_calibrated)^2``: the audit counts as
+    ``gain`` times as many human-scored questions."""
+    equivalent_labeled: int | None
+    """``round(gain * n_labeled)``: human-scored questions that would give an
+    interval this narrow without the judge."""
+    n_defined: int
+    """Replicates in which the calibrated figure was defined."""
+
+
+class CalibratedAcross(CalibratedFigure):
+    """``calibration.across_judges.<system>``: the headline, calibrated.
+
+    The predictor is the headline's mean over its judges.
+    """
+
+    judges: list[str]
+
+
+class Calibration(_Model):
+    """``calibration``: the human audit and how the calibration resampled (§13)."""
+
+    source: str | None
+    """The human-ratings file."""
+    n_labeled: int
+    """Audited questions (L)."""
+    n_unlabeled: int
+    """Questions scored by the judges only (U)."""
+    n_ratings: int
+    """Rows of the ratings file (several raters of one item are averaged)."""
+    n_resamples: int
+    seed: int
+    method: Literal["percentile", "bca"]
+    confidence: float
+    resampling: Literal["questions", "strata"]
+    across_judges: dict[str, CalibratedAcross]
+    """The headline (across-judge CuBE) calibrated, per system."""
+
+
 class SampleStratum(_Model):
     """One stratum of the sample (§11)."""
 
@@ -333,6 +407,11 @@ class Summary(_Model):
     """The headline's bootstrap intervals (None: not computed)."""
     sample: Sample | None = None
     """The sample design (§11), when the questions are a planned sample."""
+    calibrated: dict[str, dict[str, CalibratedFigure]] | None = None
+    """``judge -> system ->`` CuBE calibrated by a human audit (§13), when
+    aggregated with ``--human``."""
+    calibration: Calibration | None = None
+    """The audit behind ``calibrated`` and the calibrated headline (§13)."""
 
     def options(self) -> AggregateOptions:
         """The aggregation options the summary was computed with."""

@@ -1,0 +1,592 @@
+"""A judge's CuBE calibrated against a human audit (CUBE_METHOD.md section 13).
+
+Prediction-powered bootstrap with power tuning. With f the section 5-8
+computation of a judge's CuBE, L the audited questions (human score H and
+judge score J) and U the others (judge score only)::
+
+    theta(lambda) = f_H(L) + lambda * (f_J(U) - f_J(L))
+
+lambda = 0 is the human-only figure, lambda = 1 plain prediction-powered
+inference; :func:`power_tuned_lambda` picks the lambda in [0, 1] that minimises
+the bootstrap variance of theta. Replicates resample L and U independently
+(within strata when the run is a planned sample); the interval is read off
+them as the headline's is (percentile or BCa, :mod:`._resample`).
+
+Every f is :func:`cube_ray.aggregate.evaluate_replicates` on count vectors
+that are zero outside L (or U): the same kernels (trimmed means, Pearson
+weights, normalisation, recall) as the summary and its bootstrap, with the
+humans as one more judge (:data:`HUMAN_JUDGE`). Nothing here is a second
+implementation of the method; ``ppi-python`` was not used because its
+``ppboot`` calls a Python estimator once per resample on flat arrays (no
+strata, no BCa, no paired judges), where these kernels evaluate every judge,
+system and replicate in one grouped pass (docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from cube_ray import schema
+from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores
+from cube_ray.aggregate._bootstrap import (
+    CubeReplicates,
+    FixedWeights,
+    evaluate_replicates,
+    fixed_judge_mean,
+)
+from cube_ray.aggregate._model import (
+    CalibratedAcross,
+    CalibratedFigure,
+    Calibration,
+    FigureInterval,
+    Summary,
+)
+from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._resample import (
+    DEFAULT_INTERVAL,
+    Interval,
+    IntervalMethod,
+    bca_interval,
+    check_method,
+    jackknife_indices,
+    percentile_interval,
+    resample_indices,
+    strata_positions,
+)
+from cube_ray.errors import InputError
+
+__all__ = [
+    "CalibrationResult",
+    "calibrate",
+    "calibrated_value",
+    "effective_gain",
+    "power_tuned_lambda",
+    "with_calibration",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def calibrated_value(
+    human: FloatArray | float,
+    judge_labeled: FloatArray | float,
+    judge_unlabeled: FloatArray | float,
+    lam: float,
+) -> FloatArray:
+    """``theta = f_H(L) + lam * (f_J(U) - f_J(L))``, elementwise.
+
+    >>> float(calibrated_value(60.0, 66.0, 64.0, 0.5))
+    59.0
+    >>> float(calibrated_value(60.0, 66.0, 64.0, 0.0))  # human-only
+    60.0
+    """
+    out: FloatArray = np.asarray(human, dtype=np.float64) + lam * (
+        np.asarray(judge_unlabeled, dtype=np.float64)
+        - np.asarray(judge_labeled, dtype=np.float64)
+    )
+    return out
+
+
+def power_tuned_lambda(
+    human: FloatArray, judge_labeled: FloatArray, judge_unlabeled: FloatArray
+) -> float:
+    """The lambda in [0, 1] that minimises the variance of theta over replicates.
+
+    With ``d = f_J(U) - f_J(L)``, ``var(H + lam d)`` is least at
+    ``lam = -cov(H, d) / var(d)`` (clipped to [0, 1]); 0 when ``d`` does not
+    vary or fewer than two replicates are finite.
+
+    Args:
+        human: ``f_H(L)`` of each replicate.
+        judge_labeled: ``f_J(L)`` of the same replicates (same resample of L).
+        judge_unlabeled: ``f_J(U)`` of each replicate (independent of L's).
+
+    Returns:
+        lambda.
+
+    Examples:
+        A judge that moves exactly with the humans on L and varies as much
+        on U as on L: half of the correction (the U noise costs the rest).
+
+        >>> h = np.array([1.0, 2.0, 3.0, 4.0])
+        >>> u = np.array([2.0, 4.0, 1.0, 3.0])
+        >>> power_tuned_lambda(h, h + 5.0, u - u.mean() + 7.5)
+        0.5
+        >>> power_tuned_lambda(h, np.full(4, 3.0), np.full(4, 3.0))  # no signal
+        0.0
+    """
+    d = np.asarray(judge_unlabeled, dtype=np.float64) - np.asarray(
+        judge_labeled, dtype=np.float64
+    )
+    hh = np.asarray(human, dtype=np.float64)
+    ok = np.isfinite(d) & np.isfinite(hh)
+    if ok.sum() < 2:
+        return 0.0
+    dd, hv = d[ok], hh[ok]
+    var_d = float(np.mean((dd - dd.mean()) ** 2))
+    if var_d <= 0.0:
+        return 0.0
+    cov = float(np.mean((dd - dd.mean()) * (hv - hv.mean())))
+    return float(min(1.0, max(0.0, -cov / var_d)))
+
+
+def effective_gain(human_only: Interval, calibrated: Interval) -> float | None:
+    """``(width_human_only / width_calibrated)^2``: the audit's sample-size gain.
+
+    An audit of m questions with gain g gives an interval as narrow as
+    ``g * m`` human-scored questions would (widths shrink as ``1/sqrt(n)``).
+
+    >>> effective_gain((40.0, 60.0), (45.0, 55.0))
+    4.0
+    >>> effective_gain((None, None), (45.0, 55.0)) is None
+    True
+    """
+    lo_h, hi_h = human_only
+    lo_c, hi_c = calibrated
+    if lo_h is None or hi_h is None or lo_c is None or hi_c is None:
+        return None
+    if hi_c - lo_c <= 0.0:
+        return None
+    return float(((hi_h - lo_h) / (hi_c - lo_c)) ** 2)
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """The calibrated figures of one audit, as they go into the summary."""
+
+    calibrated: dict[str, dict[str, CalibratedFigure]]
+    """``judge -> system -> figure``."""
+    block: Calibration
+    """The ``calibration`` block: the audit, the resampling, the jury's figure."""
+
+
+def _positions(questions: pl.Series, labeled: pl.Series) -> tuple[IntArray, IntArray]:
+    """Positions (into the sorted question ids) of L and of U."""
+    is_l = questions.cast(pl.String).is_in(labeled.cast(pl.String).implode())
+    mask = is_l.to_numpy()
+    return (
+        np.flatnonzero(mask).astype(np.int64),
+        np.flatnonzero(~mask).astype(np.int64),
+    )
+
+
+def _resample(
+    part: IntArray, layers: list[IntArray] | None, n_resamples: int, seed: int
+) -> IntArray:
+    """``[B, |part|]`` positions drawn from ``part``, within strata if given."""
+    if layers is None:
+        return resample_indices(part.size, n_resamples, seed=seed, strata=[part])
+    within = [np.intersect1d(layer, part) for layer in layers]
+    return resample_indices(
+        part.size, n_resamples, seed=seed, strata=[w for w in within if w.size]
+    )
+
+
+def _check_human(
+    human: pl.DataFrame, answers: pl.DataFrame, dimensions: Sequence[str]
+) -> None:
+    """Every human row names a question, set and dimension of the run."""
+    keys = answers.select(
+        pl.col(schema.QUESTION_ID).cast(pl.String),
+        pl.col(schema.SYSTEM).cast(pl.String),
+    ).unique()
+    rows = human.with_row_index("_row").with_columns(
+        pl.col(schema.QUESTION_ID).cast(pl.String),
+        pl.col(schema.SYSTEM).cast(pl.String),
+    )
+    stray = rows.join(keys, on=[schema.QUESTION_ID, schema.SYSTEM], how="anti")
+    if stray.height:
+        first = stray.row(0, named=True)
+        raise InputError(
+            f"{stray.height} human rating(s) name an answer the run does not have, "
+            f"e.g. question_id={first[schema.QUESTION_ID]!r}, "
+            f"system={first[schema.SYSTEM]!r}. Rate only answers of this run "
+            "(`cube-ray audit RUN_DIR` draws them).",
+            row=int(first["_row"]) + 2,
+            field=schema.QUESTION_ID,
+        )
+    dims = set(dimensions)
+    odd = rows.filter(~pl.col(schema.DIMENSION).cast(pl.String).is_in(list(dims)))
+    if odd.height:
+        first = odd.row(0, named=True)
+        raise InputError(
+            f"dimension {first[schema.DIMENSION]!r} is not one of the run's "
+            f"{sorted(dims)}. Use the run's dimension names.",
+            row=int(first["_row"]) + 2,
+            field=schema.DIMENSION,
+        )
+    bad = rows.filter((pl.col(schema.SCORE) < 0.0) | (pl.col(schema.SCORE) > 10.0))
+    if bad.height:
+        first = bad.row(0, named=True)
+        raise InputError(
+            f"score {first[schema.SCORE]} is outside 0-10. Give scores on the "
+            "judges' 0-10 scale.",
+            row=int(first["_row"]) + 2,
+            field=schema.SCORE,
+        )
+
+
+def _interval(
+    values: FloatArray,
+    estimate: float,
+    jackknife: FloatArray | None,
+    confidence: float,
+) -> Interval:
+    if jackknife is None:
+        return percentile_interval(values, confidence)
+    return bca_interval(values, estimate, jackknife, confidence)
+
+
+def _figure(ci: Interval) -> FigureInterval:
+    return FigureInterval.of(ci[0], ci[1])
+
+
+def _none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _centred(*parts: FloatArray) -> FloatArray:
+    """Jackknife values of several independent samples, each about its mean.
+
+    BCa's acceleration of a two-sample estimator sums each sample's own
+    jackknife deviations (Efron and Tibshirani 1993, section 14.3):
+    centring each sample at 0 makes :func:`bca_interval`'s one-sample formula
+    that sum.
+    """
+    kept = []
+    for p in parts:
+        finite = p[np.isfinite(p)]
+        if finite.size:
+            kept.append(finite - finite.mean())
+    return np.concatenate(kept) if kept else np.array([], dtype=np.float64)
+
+
+def calibrate(
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    ratings: pl.DataFrame,
+    *,
+    options: AggregateOptions | None = None,
+    dimensions: Sequence[str] | None = None,
+    fixed_weights: FixedWeights | None = None,
+    judges: Mapping[str, Sequence[str]] | None = None,
+    judge_cubes: Mapping[str, Mapping[str, float | None]] | None = None,
+    jury_cubes: Mapping[str, float | None] | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    method: IntervalMethod = DEFAULT_INTERVAL,
+    confidence: float = 0.95,
+    strata: pl.DataFrame | None = None,
+    source: str | None = None,
+) -> CalibrationResult:
+    """Calibrated CuBE of every judge and system, and of the jury.
+
+    Args:
+        answers: The answers table.
+        scores: The judges' scores table.
+        ratings: Human ratings ``question_id, system, dimension, score
+            [, rater]`` (several raters of one item are averaged). The audited
+            questions L are those with a rating; the others are U.
+        options: Aggregation options (the summary's).
+        dimensions: Dimension order.
+        fixed_weights: Recorded fixed weights of the judges (non-Pearson
+            weights); the humans get ``options.weights`` (equal when they are
+            per judge).
+        judges: Per system, the jury of the across-judge figure (the
+            headline's); default every judge.
+        judge_cubes: ``judge -> system -> CuBE`` on all questions (the
+            summary's), shown beside the calibrated figure; default
+            recomputed.
+        jury_cubes: ``system -> across-judge CuBE`` (the summary's).
+        n_resamples: Resamples ``B`` of L and of U (at least 2).
+        seed: Seed of the resamples (L uses ``seed``, U ``seed + 1``).
+        method: ``bca`` or ``percentile``.
+        confidence: Interval coverage.
+        strata: ``question_id, stratum`` of a planned sample: L and U are
+            resampled within strata.
+        source: Where the ratings came from (recorded).
+
+    Returns:
+        The ``calibrated`` figures and the ``calibration`` block.
+
+    Raises:
+        InputError: A rating names an answer or dimension the run lacks, or a
+            score outside 0-10; a judge is named like the humans.
+    """
+    method = check_method(method)
+    options = options or AggregateOptions()
+    if n_resamples < 2:
+        raise InputError(
+            f"the calibration needs at least 2 resamples, got {n_resamples}; "
+            "give --resamples 1000 (the default)",
+            field="resamples",
+        )
+    judge_names = sorted(
+        str(j) for j in scores.get_column(schema.JUDGE).cast(pl.String).unique()
+    )
+    if HUMAN_JUDGE in judge_names:
+        raise InputError(
+            f"a judge is named {HUMAN_JUDGE!r}, the name the human ratings take; "
+            "rename the judge in the config.",
+            field=schema.JUDGE,
+        )
+    if dimensions is None:
+        dimensions = (
+            scores.get_column(schema.DIMENSION)
+            .cast(pl.String)
+            .unique(maintain_order=True)
+            .to_list()
+        )
+    dims = list(dimensions)
+    _check_human(ratings, answers, dims)
+    if ratings.height == 0:
+        raise InputError("the human ratings have no rows", field=schema.SCORE)
+    cols = [schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
+    keyed = scores.select(
+        pl.col(schema.QUESTION_ID),
+        pl.col(cols[1:]).cast(pl.String),
+        pl.col(schema.SCORE).cast(pl.Float64),
+    )
+    human = _human_scores(ratings).select(
+        pl.col(schema.QUESTION_ID).cast(keyed.schema[schema.QUESTION_ID]),
+        pl.col(cols[1:]).cast(pl.String),
+        pl.col(schema.SCORE).cast(pl.Float64),
+    )
+    combined = pl.concat([keyed, human])
+    fixed = dict(fixed_weights) if fixed_weights is not None else None
+    if fixed is not None and isinstance(options.weights, Mapping):
+        flat = {
+            d: float(w)
+            for d, w in options.weights.items()
+            if isinstance(w, int | float)
+        }
+        if flat:
+            systems_all = answers.get_column(schema.SYSTEM).cast(pl.String).unique()
+            fixed[HUMAN_JUDGE] = {s: dict(flat) for s in systems_all.to_list()}
+    kwargs = {
+        "options": options,
+        "fixed_weights": fixed,
+        "dimensions": dims,
+        "judges": judges,
+    }
+
+    qid = answers.get_column(schema.QUESTION_ID)
+    ordered = (
+        qid.cast(pl.Int64 if qid.dtype.is_integer() else pl.String).unique().sort()
+    )
+    pos_l, pos_u = _positions(ordered, human.get_column(schema.QUESTION_ID).unique())
+    if pos_l.size < 2:
+        raise InputError(
+            f"the human ratings cover {pos_l.size} question(s) of the run; the "
+            "calibration needs at least 2 (section 13 of the method: at least 50 "
+            "for a useful interval, see docs/calibration.md).",
+            field=schema.QUESTION_ID,
+        )
+    layers = strata_positions(ordered, strata) if strata is not None else None
+
+    def run(idx: IntArray, rows: pl.DataFrame) -> CubeReplicates:
+        return evaluate_replicates(answers, rows, indices=idx, **kwargs)  # type: ignore[arg-type]
+
+    lab = run(_resample(pos_l, layers, n_resamples, seed), combined)
+    lab_pt = run(pos_l[None, :], combined)
+    has_u = pos_u.size > 0
+    unl = unl_pt = None
+    if has_u:
+        unl = run(_resample(pos_u, layers, n_resamples, seed + 1), keyed)
+        unl_pt = run(pos_u[None, :], keyed)
+    lab_jk = unl_jk = None
+    if method == "bca":
+        lab_jk = run(pos_l[jackknife_indices(pos_l.size)], combined)
+        if has_u:
+            unl_jk = run(pos_u[jackknife_indices(pos_u.size)], keyed)
+
+    h_idx = lab.judges.index(HUMAN_JUDGE)
+    jl_of = {j: i for i, j in enumerate(lab.judges)}
+    ju_of = {j: i for i, j in enumerate(unl.judges)} if unl is not None else {}
+    all_pt = None
+    if judge_cubes is None or jury_cubes is None:
+        all_pt = evaluate_replicates(
+            answers,
+            scores,
+            options=options,
+            fixed_weights=fixed_weights,
+            dimensions=dims,
+            judges=judges,
+        )
+
+    def estimate(
+        si: int,
+        h: tuple[FloatArray, float, FloatArray | None],
+        jl: tuple[FloatArray, float, FloatArray | None],
+        ju: tuple[FloatArray, float, FloatArray | None] | None,
+        judge_cube: float | None,
+    ) -> CalibratedFigure:
+        hb, hp, hj = h
+        jlb, jlp, jlj = jl
+        if ju is None:
+            lam = 0.0
+            ub, up, uj = np.zeros_like(hb), 0.0, None
+        else:
+            ub, up, uj = ju
+            lam = power_tuned_lambda(hb, jlb, ub)
+        theta_b = calibrated_value(hb, jlb, ub, lam)
+        theta = float(calibrated_value(hp, jlp, up, lam))
+        jack = jack_h = None
+        if hj is not None and jlj is not None:
+            jack_h = _centred(hj)
+            jack_l = calibrated_value(hj, jlj, up, lam)
+            parts = [jack_l]
+            if uj is not None:
+                parts.append(calibrated_value(hp, jlp, uj, lam))
+            jack = _centred(*parts)
+        ci = _interval(theta_b, theta, jack, confidence)
+        human_ci = _interval(hb, hp, jack_h, confidence)
+        gain = effective_gain(human_ci, ci)
+        return CalibratedFigure.model_validate(
+            {
+                "cube": _none(theta),
+                "interval": _figure(ci),
+                "n_labeled": int(pos_l.size),
+                "lambda": lam,
+                "human_only": _none(hp),
+                "human_only_interval": _figure(human_ci),
+                "judge_cube": judge_cube,
+                "gain": gain,
+                "equivalent_labeled": (
+                    round(gain * pos_l.size) if gain is not None else None
+                ),
+                "n_defined": int(np.isfinite(theta_b).sum()),
+            }
+        )
+
+    calibrated: dict[str, dict[str, CalibratedFigure]] = {}
+    across: dict[str, CalibratedAcross] = {}
+    for si, system in enumerate(lab.systems):
+        su = (
+            unl.systems.index(system)
+            if unl is not None and system in unl.systems
+            else None
+        )
+        h = (
+            lab.cube[h_idx, si],
+            float(lab_pt.cube[h_idx, si, 0]),
+            lab_jk.cube[h_idx, si] if lab_jk is not None else None,
+        )
+        for judge in judge_names:
+            ji = jl_of[judge]
+            jl = (
+                lab.cube[ji, si],
+                float(lab_pt.cube[ji, si, 0]),
+                lab_jk.cube[ji, si] if lab_jk is not None else None,
+            )
+            ju = None
+            if unl is not None and unl_pt is not None and su is not None:
+                ui = ju_of[judge]
+                ju = (
+                    unl.cube[ui, su],
+                    float(unl_pt.cube[ui, su, 0]),
+                    unl_jk.cube[ui, su] if unl_jk is not None else None,
+                )
+            if judge_cubes is not None:
+                jc = judge_cubes.get(judge, {}).get(system)
+            else:
+                assert all_pt is not None
+                jc = _none(float(all_pt.cube[all_pt.judges.index(judge), si, 0]))
+            calibrated.setdefault(judge, {})[system] = estimate(si, h, jl, ju, jc)
+        # The jury: the headline's mean over its judges is the predictor.
+        used = [j for j in lab.judges if j != HUMAN_JUDGE]
+        chosen = list(judges.get(system, used)) if judges is not None else used
+        if not chosen:
+            continue
+        mask_l = np.array([[j in chosen] for j in lab.judges])
+        jl = (
+            fixed_judge_mean(lab.cube[:, si : si + 1], mask_l)[0],
+            float(fixed_judge_mean(lab_pt.cube[:, si : si + 1], mask_l)[0, 0]),
+            fixed_judge_mean(lab_jk.cube[:, si : si + 1], mask_l)[0]
+            if lab_jk is not None
+            else None,
+        )
+        ju = None
+        if unl is not None and unl_pt is not None and su is not None:
+            mask_u = np.array([[j in chosen] for j in unl.judges])
+            ju = (
+                fixed_judge_mean(unl.cube[:, su : su + 1], mask_u)[0],
+                float(fixed_judge_mean(unl_pt.cube[:, su : su + 1], mask_u)[0, 0]),
+                fixed_judge_mean(unl_jk.cube[:, su : su + 1], mask_u)[0]
+                if unl_jk is not None
+                else None,
+            )
+        if jury_cubes is not None:
+            jury = jury_cubes.get(system)
+        else:
+            assert all_pt is not None
+            jury = _none(float(all_pt.cube_mean[si, 0]))
+        fig = estimate(si, h, jl, ju, jury)
+        across[system] = CalibratedAcross(**fig.model_dump(), judges=chosen)
+
+    block = Calibration(
+        source=source,
+        n_labeled=int(pos_l.size),
+        n_unlabeled=int(pos_u.size),
+        n_ratings=int(ratings.height),
+        n_resamples=n_resamples,
+        seed=seed,
+        method=method,
+        confidence=confidence,
+        resampling="strata" if strata is not None else "questions",
+        across_judges=across,
+    )
+    return CalibrationResult(calibrated, block)
+
+
+def with_calibration(
+    summary: Summary,
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    ratings: pl.DataFrame,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    method: IntervalMethod = DEFAULT_INTERVAL,
+    strata: pl.DataFrame | None = None,
+    source: str | None = None,
+) -> Summary:
+    """``summary`` with its ``calibrated`` and ``calibration`` blocks.
+
+    The options, dimensions, fixed weights and headline judges are the
+    summary's own, so each judge's figure is the one the summary shows,
+    calibrated.
+    """
+    options = summary.options()
+    fixed = None
+    if options.weights != "pearson":
+        fixed = {j: block.weights for j, block in summary.judges.items()}
+    result = calibrate(
+        answers,
+        scores,
+        ratings,
+        options=options,
+        dimensions=summary.dimensions,
+        fixed_weights=fixed,
+        judges={s: summary.headline_judges(s) for s in summary.systems},
+        judge_cubes={j: dict(b.cube) for j, b in summary.judges.items()},
+        jury_cubes={
+            s: (a.figures["cube"].mean if "cube" in a.figures else None)
+            for s, a in summary.across_judges.items()
+        },
+        n_resamples=n_resamples,
+        seed=seed,
+        method=method,
+        strata=strata,
+        source=source,
+    )
+    return summary.model_copy(
+        update={"calibrated": result.calibrated, "calibration": result.block}
+    )
