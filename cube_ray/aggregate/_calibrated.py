@@ -190,9 +190,16 @@ def _resample(
 
 
 def _check_human(
-    human: pl.DataFrame, answers: pl.DataFrame, dimensions: Sequence[str]
+    human: pl.DataFrame,
+    answers: pl.DataFrame,
+    dimensions: Sequence[str],
+    source: str | None,
 ) -> None:
-    """Every human row names a question, set and dimension of the run."""
+    """Every human row names a question, set and dimension of the run.
+
+    Errors name the ratings file (``source``), the data row (1-based) and
+    the column.
+    """
     keys = answers.select(
         pl.col(schema.QUESTION_ID).cast(pl.String),
         pl.col(schema.SYSTEM).cast(pl.String),
@@ -209,7 +216,8 @@ def _check_human(
             f"e.g. question_id={first[schema.QUESTION_ID]!r}, "
             f"system={first[schema.SYSTEM]!r}. Rate only answers of this run "
             "(`cube-ray audit RUN_DIR` draws them).",
-            row=int(first["_row"]) + 2,
+            path=source,
+            row=int(first["_row"]),
             field=schema.QUESTION_ID,
         )
     dims = set(dimensions)
@@ -219,7 +227,8 @@ def _check_human(
         raise InputError(
             f"dimension {first[schema.DIMENSION]!r} is not one of the run's "
             f"{sorted(dims)}. Use the run's dimension names.",
-            row=int(first["_row"]) + 2,
+            path=source,
+            row=int(first["_row"]),
             field=schema.DIMENSION,
         )
     bad = rows.filter((pl.col(schema.SCORE) < 0.0) | (pl.col(schema.SCORE) > 10.0))
@@ -228,7 +237,8 @@ def _check_human(
         raise InputError(
             f"score {first[schema.SCORE]} is outside 0-10. Give scores on the "
             "judges' 0-10 scale.",
-            row=int(first["_row"]) + 2,
+            path=source,
+            row=int(first["_row"]),
             field=schema.SCORE,
         )
 
@@ -345,9 +355,9 @@ def calibrate(
             .to_list()
         )
     dims = list(dimensions)
-    _check_human(ratings, answers, dims)
+    _check_human(ratings, answers, dims, source)
     if ratings.height == 0:
-        raise InputError("the human ratings have no rows", field=schema.SCORE)
+        raise InputError("the human ratings have no rows", path=source)
     cols = [schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
     keyed = scores.select(
         pl.col(schema.QUESTION_ID),
@@ -387,6 +397,7 @@ def calibrate(
             f"the human ratings cover {pos_l.size} question(s) of the run; the "
             "calibration needs at least 2 (section 13 of the method: at least 50 "
             "for a useful interval, see docs/calibration.md).",
+            path=source,
             field=schema.QUESTION_ID,
         )
     layers = strata_positions(ordered, strata) if strata is not None else None

@@ -5,13 +5,15 @@ Usage::
     cube-ray aggregate (RUN_DIR | --answers PATH --scores PATH) [--k 8]
         [--trim 0.1] [--weights pearson|equal|FILE.json] [--bounds-on all|paired]
         [--require-qualification] [--resamples 1000] [--seed 0]
-        [--interval bca|percentile] [--out FILE]
+        [--interval bca|percentile] [--human FILE.csv] [--out FILE]
 
 The summary carries the headline's bootstrap intervals (``intervals``), which
 the report and ``cube-ray plan`` read. With RUN_DIR it is the summary the run
 wrote: the run's options and config (``manifest.json``) give the qualification
 blocks and the "judges its own model's answers" flags (CUBE_METHOD.md
-section 12); flags override the options.
+section 12); flags override the options. With ``--human`` the summary also
+carries each judge's CuBE calibrated against the human audit (``calibrated``,
+``calibration``; CUBE_METHOD.md section 13, docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -123,6 +125,14 @@ def register(subparsers: Any) -> None:
         default="bca",
         help="bootstrap interval: bca (bias-corrected and accelerated, default: "
         "its coverage was closest to 95 %% in BENCHMARKS.md) or percentile",
+    )
+    parser.add_argument(
+        "--human",
+        metavar="FILE.csv",
+        default=None,
+        help="human scores of an audit (question_id,system,dimension,score"
+        "[,rater]; `cube-ray audit` writes it): add each judge's CuBE calibrated "
+        "against them, with its interval (docs/calibration.md)",
     )
     parser.add_argument(
         "--out",
@@ -291,6 +301,8 @@ def run(args: argparse.Namespace) -> int:
         method=args.interval,
         strata=strata,
     )
+    if args.human is not None:
+        summary = _calibrated(args, summary, answers, scores, strata)
     if out == "-":
         sys.stdout.write(summary.to_json())
     else:
@@ -306,6 +318,32 @@ def run(args: argparse.Namespace) -> int:
     for system, reason in incomplete.items():
         print(f"cube-ray: {system}: no verdict — {reason}", file=sys.stderr)
     return INCOMPLETE_EXIT_CODE if incomplete else 0
+
+
+def _calibrated(
+    args: argparse.Namespace, summary: Any, answers: Any, scores: Any, strata: Any
+) -> Any:
+    """``summary`` with the judges' CuBE calibrated by the ``--human`` audit."""
+    from cube_ray.aggregate import with_calibration
+    from cube_ray.errors import ConfigError
+    from cube_ray.report._human import read_human_ratings
+
+    if args.resamples < 2:
+        raise ConfigError(
+            f"--human needs the bootstrap (--resamples >= 2), got --resamples "
+            f"{args.resamples}; leave --resamples at its default (1000)"
+        )
+    return with_calibration(
+        summary,
+        answers,
+        scores,
+        read_human_ratings(args.human),
+        n_resamples=args.resamples,
+        seed=args.seed,
+        method=args.interval,
+        strata=strata,
+        source=str(args.human),
+    )
 
 
 _DEFAULTS: dict[str, Any] = {

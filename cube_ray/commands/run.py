@@ -67,6 +67,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="show vLLM and Ray output on the console (default: RUN_DIR/logs/)",
     )
+    p.add_argument(
+        "--human",
+        metavar="FILE.csv",
+        default=None,
+        help="human scores of an audit (question_id,system,dimension,score"
+        "[,rater]): the summary adds each judge's CuBE calibrated against them "
+        "(docs/calibration.md)",
+    )
     p.add_argument("--call-log", help=argparse.SUPPRESS)
     p.set_defaults(func=run_command)
 
@@ -105,6 +113,10 @@ def run_command(args: argparse.Namespace) -> int:
     from cube_ray.preflight import check_env
 
     check_env(config)  # an unset variable fails before Ray starts
+    if args.human is not None:  # a bad file fails before Ray starts
+        from cube_ray.report._human import read_human_ratings
+
+        read_human_ratings(args.human)
 
     options = RunOptions(
         run_dir=run_dir,
@@ -118,6 +130,7 @@ def run_command(args: argparse.Namespace) -> int:
         report=not args.no_report,
         quiet=not args.verbose,
         config_path=args.config,
+        human=Path(args.human) if args.human is not None else None,
     )
     try:
         result = run_pipeline(config, options)

@@ -107,6 +107,8 @@ class RunOptions:
     config_path: str | None = None
     """The config file the run was started with (named in the rerun command
     that warnings and an incomplete run suggest)."""
+    human: Path | None = None
+    """Human scores of an audit: the summary gets the calibrated CuBE (§13)."""
 
 
 @dataclass
@@ -306,6 +308,10 @@ def _run_stages(
                 summary = _summarize_beside_driver(
                     config, run_dir, intervals=options.report
                 )
+                if options.human is not None and summary is not None:
+                    from cube_ray.pipeline.calibration import calibrate_run
+
+                    summary = calibrate_run(config, run_dir, summary, options.human)
         except BaseException as exc:
             _record_failed(manifest_path, config, started, exc)
             raise
