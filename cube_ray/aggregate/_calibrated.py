@@ -73,6 +73,10 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+MAX_UNDEFINED = 0.01
+"""Largest share of replicates in which the judge's figure may be undefined
+for the judge to be used (else lambda = 0: the human-only figure)."""
+
 
 def calibrated_value(
     human: FloatArray | float,
@@ -87,7 +91,10 @@ def calibrated_value(
     >>> float(calibrated_value(60.0, 66.0, 64.0, 0.0))  # human-only
     60.0
     """
-    out: FloatArray = np.asarray(human, dtype=np.float64) + lam * (
+    h = np.asarray(human, dtype=np.float64)
+    if lam == 0.0:  # the human-only figure, also where the judge's is undefined
+        return h + 0.0
+    out: FloatArray = h + lam * (
         np.asarray(judge_unlabeled, dtype=np.float64)
         - np.asarray(judge_labeled, dtype=np.float64)
     )
@@ -101,7 +108,10 @@ def power_tuned_lambda(
 
     With ``d = f_J(U) - f_J(L)``, ``var(H + lam d)`` is least at
     ``lam = -cov(H, d) / var(d)`` (clipped to [0, 1]); 0 when ``d`` does not
-    vary or fewer than two replicates are finite.
+    vary, or when the judge's figure is undefined in more than
+    :data:`MAX_UNDEFINED` of the replicates where the humans' is defined (a
+    judge whose bounds are not apart: its figure would leave replicates out
+    and bend the interval).
 
     Args:
         human: ``f_H(L)`` of each replicate.
@@ -127,7 +137,8 @@ def power_tuned_lambda(
     )
     hh = np.asarray(human, dtype=np.float64)
     ok = np.isfinite(d) & np.isfinite(hh)
-    if ok.sum() < 2:
+    defined = int(np.isfinite(hh).sum())
+    if ok.sum() < 2 or ok.sum() < (1.0 - MAX_UNDEFINED) * defined:
         return 0.0
     dd, hv = d[ok], hh[ok]
     var_d = float(np.mean((dd - dd.mean()) ** 2))
