@@ -158,18 +158,21 @@ def test_lambda_zero_is_the_human_only_figure() -> None:
 
 
 def test_power_tuning_trusts_an_agreeing_judge_only() -> None:
-    answers, scores, audit, everyone = _study(5, 400, 60)
+    answers, scores, audit, _ = _study(5, 400, 60)
     result = calibrate(answers, scores, audit, n_resamples=300, method="percentile")
     mirror = result.calibrated["mirror"]["rag"]
     random = result.calibrated["random"]["rag"]
     # A judge identical to the humans: lambda = var(H) / (var(H) + var(U)),
     # about 340 / 400; the interval narrows by about that factor's root.
     assert mirror.lambda_ > 0.7
-    assert mirror.gain is not None and mirror.gain > 2.5
-    assert mirror.equivalent_labeled is not None and mirror.equivalent_labeled > 150
+    assert mirror.gain is not None
+    assert mirror.gain > 2.5
+    assert mirror.equivalent_labeled is not None
+    assert mirror.equivalent_labeled > 150
     # A judge that scores at random carries no information about the humans.
     assert random.lambda_ < 0.3
-    assert random.gain is not None and random.gain < 1.3
+    assert random.gain is not None
+    assert random.gain < 1.3
 
 
 def test_power_tuned_lambda_minimises_the_variance() -> None:
