@@ -21,6 +21,7 @@ from cube_ray.aggregate import (
     check_method,
     headline_intervals,
 )
+from cube_ray.report._calibrated import calibrated_section
 from cube_ray.report._cases import (
     agreement_section,
     baselines_section,
@@ -139,6 +140,7 @@ def build_sections(
         variants_section(run),
         agreement_section(run, agreement),
         humans_section(run, human_ratings) if human_ratings is not None else None,
+        calibrated_section(run),
         baselines_section(run) if baselines else None,
         worst_section(run),
     ):

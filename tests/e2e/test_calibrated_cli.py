@@ -19,7 +19,15 @@ import polars as pl
 import pytest
 
 from cube_ray import schema
-from cube_ray.aggregate import HUMAN_JUDGE, AggregateOptions, evaluate_replicates
+from cube_ray.aggregate import (
+    HUMAN_JUDGE,
+    AggregateOptions,
+    Summary,
+    evaluate_replicates,
+)
+from cube_ray.report._calibrated import calibrated_section
+from cube_ray.report._data import RunData
+from cube_ray.report._render import render_markdown
 
 N, M = 300, 80
 DIMS = ("relevance", "completeness")
@@ -153,6 +161,18 @@ def test_calibrated_cube_covers_the_humans_where_the_judge_does_not(
     assert block["n_unlabeled"] == N - M
     assert block["source"] == str(human)
     assert block["across_judges"]["rag"]["judges"] == [judge]
+
+    # The report's section: the three figures side by side, in plain words.
+    run = RunData(run_dir=tmp_path, summary=Summary.read(out))
+    section = calibrated_section(run)
+    assert section is not None
+    text = render_markdown(title="t", meta=[], sections=[section], footer="")
+    assert f"An audit of {M} questions corrects {judge} by −" in text
+    assert "human-scored questions would give" in text
+    assert f"{fig['cube']:.1f}" in text
+    assert f"{own:.1f}" in text
+    for jargon in ("bca", "BCa", "held fixed", "judge(s)"):
+        assert jargon not in text
 
 
 def test_a_rating_of_an_answer_the_run_lacks_names_file_row_and_field(
