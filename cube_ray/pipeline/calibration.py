@@ -33,7 +33,7 @@ def calibrate_run(
     """
     from cube_ray.aggregate import DEFAULT_INTERVAL, with_calibration
     from cube_ray.pipeline.method import ANSWERS, SCORES
-    from cube_ray.pipeline.run import current_rows
+    from cube_ray.pipeline.summary import current_rows
     from cube_ray.report._human import read_human_ratings
     from cube_ray.sample import in_run_sample, load_strata
     from cube_ray.tables import read_answers, read_scores

@@ -194,3 +194,25 @@ def test_a_rating_of_an_answer_the_run_lacks_names_file_row_and_field(
     assert "'q9999'" in result.stderr
     assert "question_id" in result.stderr
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_run_dir_summary_gets_the_calibration(
+    study: tuple[Path, Path, Path, float], tmp_path: Path
+) -> None:
+    answers, scores, human, _ = study
+    run = tmp_path / "run"
+    for table, source in (("answers", answers), ("scores", scores)):
+        (run / table).mkdir(parents=True)
+        (run / table / "part-00000.parquet").write_bytes(source.read_bytes())
+    result = cube_ray(
+        "aggregate", run, "--human", human, "--resamples", "50",
+        "--interval", "percentile",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = Summary.read(run / "summary.json")
+    assert summary.calibration is not None
+    assert summary.calibration.method == "percentile"
+    assert summary.calibration.n_resamples == 50
+    assert summary.calibrated is not None
+    fig = summary.calibrated["lenient-on-rag"]["rag"]
+    assert fig.judge_cube == summary.judges["lenient-on-rag"].cube["rag"]
