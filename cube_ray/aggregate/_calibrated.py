@@ -444,7 +444,6 @@ def calibrate(
         )
 
     def estimate(
-        si: int,
         h: tuple[FloatArray, float, FloatArray | None],
         jl: tuple[FloatArray, float, FloatArray | None],
         ju: tuple[FloatArray, float, FloatArray | None] | None,
@@ -521,7 +520,7 @@ def calibrate(
             else:
                 assert all_pt is not None
                 jc = _none(float(all_pt.cube[all_pt.judges.index(judge), si, 0]))
-            calibrated.setdefault(judge, {})[system] = estimate(si, h, jl, ju, jc)
+            calibrated.setdefault(judge, {})[system] = estimate(h, jl, ju, jc)
         # The jury: the headline's mean over its judges is the predictor.
         used = [j for j in lab.judges if j != HUMAN_JUDGE]
         chosen = list(judges.get(system, used)) if judges is not None else used
@@ -550,7 +549,7 @@ def calibrate(
         else:
             assert all_pt is not None
             jury = _none(float(all_pt.cube_mean[si, 0]))
-        fig = estimate(si, h, jl, ju, jury)
+        fig = estimate(h, jl, ju, jury)
         across[system] = CalibratedAcross(**fig.model_dump(), judges=chosen)
 
     block = Calibration(
