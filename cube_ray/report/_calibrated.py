@@ -108,7 +108,7 @@ def calibrated_section(run: RunData) -> Section | None:
     source = f" ({Path(block.source).name})" if block.source else ""
     sec.blocks.append(
         Para(
-            f"People scored every answer of {block.n_labeled:,} questions{source}; "
+            f"People scored the answers of {block.n_labeled:,} questions{source}; "
             f"the other {block.n_unlabeled:,} questions were scored by the jury "
             "alone. The calibrated CuBE takes the people's CuBE on the audited "
             "questions and corrects it by how far each judge's CuBE on the other "
