@@ -16,6 +16,7 @@ from cube_ray.aggregate import CalibratedFigure, FigureInterval
 from cube_ray.report._data import RunData
 from cube_ray.report._format import fmt, interval_text
 from cube_ray.report._render import Para, Section, Table
+from cube_ray.report._words import SCALE_100
 
 __all__ = ["audit_sentence", "calibrated_section"]
 
@@ -150,7 +151,7 @@ def calibrated_section(run: RunData) -> Section | None:
                     "gain",
                 ],
                 rows,
-                caption=f"{system}: own, calibrated and people-only CuBE",
+                caption=f"{system}: own, calibrated and people-only CuBE ({SCALE_100})",
                 anchor=f"calibrated-{system}",
                 numeric=frozenset({1, 3, 5, 7, 8}),
             )
