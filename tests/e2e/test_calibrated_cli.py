@@ -216,3 +216,9 @@ def test_run_dir_summary_gets_the_calibration(
     assert summary.calibrated is not None
     fig = summary.calibrated["lenient-on-rag"]["rag"]
     assert fig.judge_cube == summary.judges["lenient-on-rag"].cube["rag"]
+    # The report of the run dir shows the section.
+    report = cube_ray("report", run)
+    assert report.returncode == 0, report.stderr
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "Checked against people" in md
+    assert f"An audit of {M} questions corrects lenient-on-rag by" in md
