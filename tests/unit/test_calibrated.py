@@ -7,6 +7,8 @@ that agrees with the humans and ignores one that does not, and clear errors.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -18,10 +20,16 @@ from cube_ray.aggregate import (
     calibrated_value,
     compare_with_humans,
     power_tuned_lambda,
+    summarize,
+    with_calibration,
+    with_intervals,
 )
+from cube_ray.config import RunConfig
 from cube_ray.errors import InputError
+from cube_ray.pipeline.calibration import calibrate_run
 
 REL = "relevance"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _answers(qids: list[str], rank: list[int]) -> pl.DataFrame:
@@ -223,3 +231,32 @@ def test_a_score_off_the_scale_and_an_unknown_dimension_are_refused() -> None:
     odd = HUMANS.with_columns(pl.lit("tone").alias(schema.DIMENSION))
     with pytest.raises(InputError, match="'tone' is not one of"):
         calibrate(ANSWERS, JUDGE, odd, options=OPTIONS)
+
+
+def test_the_run_adds_the_same_calibration(tmp_path: Path) -> None:
+    """``cube-ray run --human``'s step gives what ``with_calibration`` gives."""
+    answers, scores, audit, _ = _study(9, 120, 30)
+    answers = answers.with_columns(
+        pl.col(schema.QUESTION_ID).str.replace("q", "d").alias(schema.DOC_ID),
+        pl.lit("...").alias(schema.ANSWER),
+        pl.lit(None, dtype=pl.List(pl.String)).alias(schema.RETRIEVED_DOC_IDS),
+    )
+    scores = scores.with_columns(pl.lit(None, dtype=pl.String).alias(schema.RAW))
+    for table, frame in (("answers", answers), ("scores", scores)):
+        (tmp_path / table).mkdir()
+        frame.write_parquet(tmp_path / table / "part-00000.parquet")
+    human = tmp_path / "human.csv"
+    audit.write_csv(human)
+    summary = with_intervals(
+        summarize(answers, scores, options=AggregateOptions()),
+        answers,
+        scores,
+        n_resamples=40,
+    )
+    config = RunConfig.from_yaml(CONF / "demo.yaml")
+    got = calibrate_run(config, tmp_path, summary, human)
+    want = with_calibration(
+        summary, answers, scores, audit, n_resamples=40, source=str(human)
+    )
+    assert got.calibrated == want.calibrated
+    assert got.calibration == want.calibration
