@@ -26,21 +26,27 @@ from cube_ray.aggregate._bootstrap import (
 )
 from cube_ray.aggregate._model import FigureInterval, Intervals, Summary, SystemInterval
 from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._paired import Replicates, compare_systems
 from cube_ray.aggregate._parts import CUBE
 from cube_ray.aggregate._resample import (
     DEFAULT_INTERVAL,
     Interval,
     IntervalMethod,
-    bca_interval,
     check_method,
+    interval_of,
     jackknife_indices,
-    percentile_interval,
     resample_indices,
     strata_positions,
 )
 from cube_ray.errors import InputError
 
-__all__ = ["BootstrapResult", "bootstrap_cube", "headline_intervals", "with_intervals"]
+__all__ = [
+    "BootstrapResult",
+    "bootstrap_cube",
+    "headline_intervals",
+    "summary_replicates",
+    "with_intervals",
+]
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,39 @@ def bootstrap_cube(
     Returns:
         One :class:`BootstrapResult` per system under test.
     """
+    return _bootstrap(
+        answers,
+        scores,
+        n_resamples=n_resamples,
+        seed=seed,
+        confidence=confidence,
+        method=method,
+        options=options,
+        fixed_weights=fixed_weights,
+        dimensions=dimensions,
+        judges=judges,
+        strata=strata,
+    )[0]
+
+
+def _bootstrap(
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    *,
+    n_resamples: int,
+    seed: int,
+    confidence: float,
+    method: IntervalMethod,
+    options: AggregateOptions | None,
+    fixed_weights: FixedWeights | None,
+    dimensions: Sequence[str] | None,
+    judges: Mapping[str, Sequence[str]] | None,
+    strata: pl.DataFrame | None,
+) -> tuple[dict[str, BootstrapResult], Replicates]:
+    """:func:`bootstrap_cube`, and the replicates it read its intervals from.
+
+    A paired comparison reads its own intervals off the same replicates.
+    """
     method = check_method(method)
     questions = answers.get_column(schema.QUESTION_ID)
     key = questions.cast(pl.Int64 if questions.dtype.is_integer() else pl.String)
@@ -131,9 +170,13 @@ def bootstrap_cube(
     def interval(
         values: FloatArray, at_point: FloatArray, at_jack: FloatArray | None
     ) -> Interval:
-        if at_jack is None:
-            return percentile_interval(values, confidence)
-        return bca_interval(values, float(at_point[0]), at_jack, confidence)
+        return interval_of(
+            values,
+            float(at_point[0]),
+            at_jack,
+            method=method,
+            confidence=confidence,
+        )
 
     out: dict[str, BootstrapResult] = {}
     for si, system in enumerate(rep.systems):
@@ -171,11 +214,46 @@ def bootstrap_cube(
             n_defined=int(np.isfinite(cube_b).sum()),
             estimate=estimate if np.isfinite(estimate) else None,
         )
-    return out
+    return out, Replicates(rep, point, jack)
 
 
 def _figure(ci: Interval) -> FigureInterval:
     return FigureInterval.of(ci[0], ci[1])
+
+
+def summary_replicates(
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    summary: Summary,
+    *,
+    n_resamples: int,
+    seed: int,
+    method: IntervalMethod,
+    confidence: float,
+    strata: pl.DataFrame | None = None,
+) -> tuple[dict[str, BootstrapResult], Replicates]:
+    """The bootstrap of a summary's headline, and the replicates behind it.
+
+    The options, dimensions, fixed weights and each system's judges are the
+    summary's own.
+    """
+    options = summary.options()
+    fixed = None
+    if options.weights != "pearson":
+        fixed = {j: block.weights for j, block in summary.judges.items()}
+    return _bootstrap(
+        answers,
+        scores,
+        n_resamples=n_resamples,
+        seed=seed,
+        confidence=confidence,
+        method=method,
+        options=options,
+        fixed_weights=fixed,
+        dimensions=summary.dimensions,
+        judges={s: summary.headline_judges(s) for s in summary.systems},
+        strata=strata,
+    )
 
 
 def headline_intervals(
@@ -212,22 +290,15 @@ def headline_intervals(
     Raises:
         InputError: The summary does not match the tables.
     """
-    options = summary.options()
-    fixed = None
-    if options.weights != "pearson":
-        fixed = {j: block.weights for j, block in summary.judges.items()}
     used = {s: summary.headline_judges(s) for s in summary.systems}
-    boot = bootstrap_cube(
+    boot, replicates = summary_replicates(
         answers,
         scores,
+        summary,
         n_resamples=n_resamples,
         seed=seed,
-        confidence=confidence,
         method=method,
-        options=options,
-        fixed_weights=fixed,
-        dimensions=summary.dimensions,
-        judges=used,
+        confidence=confidence,
         strata=strata,
     )
     systems: dict[str, SystemInterval] = {}
@@ -275,6 +346,13 @@ def headline_intervals(
         confidence=confidence,
         resampling="strata" if strata is not None else "questions",
         systems=systems,
+        comparisons=compare_systems(
+            replicates,
+            answers=answers,
+            judges=used,
+            method=check_method(method),
+            confidence=confidence,
+        ),
     )
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "MISSING_SCORES",
     "NO_JUDGE_SEPARATES",
     "NO_RETRIEVED_QUESTIONS",
+    "NO_SHARED_JURY",
     "SCHEMA_VERSION",
     "UNQUALIFIED_JUDGE",
     "AcrossJudges",
@@ -52,7 +53,9 @@ __all__ = [
     "FigureInterval",
     "Flag",
     "Intervals",
+    "JudgeDifference",
     "JudgeFigures",
+    "PairedComparison",
     "Qualification",
     "Reason",
     "Sample",
@@ -81,6 +84,8 @@ NO_RETRIEVED_QUESTIONS = "no_retrieved_questions"
 UNQUALIFIED_JUDGE = "misses_faults"
 """A judge left out: it misses an expected fault kind on the weighted total (§12,
 ``aggregate.require_qualification``)."""
+NO_SHARED_JURY = "no_shared_jury"
+"""Two systems are not compared: no judge enters both headlines."""
 # ``bound_unavailable`` / ``system_unavailable``: cube_ray.aggregate._availability.
 
 
@@ -282,6 +287,41 @@ class SystemInterval(_Model):
     """Each judge's CuBE (every judge, used or not)."""
 
 
+class JudgeDifference(_Model):
+    """One judge's CuBE difference of two systems, with its paired interval."""
+
+    difference: float | None
+    """First system's CuBE minus the second's on the questions as drawn."""
+    interval: FigureInterval
+
+
+class PairedComparison(_Model):
+    """``intervals.comparisons[i]``: two systems on the same questions.
+
+    The difference of their across-judge CuBE, with the interval read off the
+    headline's own resamples: each resample draws the same questions for both
+    systems and keeps the same judges, so what the questions share (their
+    difficulty, the bounds) cancels in the difference.
+    """
+
+    first: str
+    second: str
+    difference: float | None
+    """CuBE of ``first`` minus CuBE of ``second`` (points), both averaged over
+    :attr:`judges`; None when there is none (see :attr:`reason`)."""
+    interval: FigureInterval
+    n_defined: int
+    """Resamples in which every judge of :attr:`judges` had both CuBEs."""
+    n_questions: int
+    """Shared questions: both systems have an answer to them."""
+    judges: list[str]
+    """The judges that enter both headlines, the same in every resample."""
+    per_judge: dict[str, JudgeDifference]
+    """The difference seen by each judge of :attr:`judges`."""
+    reason: Reason | None = None
+    """Why there is no difference (no judge enters both headlines)."""
+
+
 class Intervals(_Model):
     """``intervals``: bootstrap intervals of the headline (§10, §11)."""
 
@@ -292,6 +332,8 @@ class Intervals(_Model):
     resampling: Literal["questions", "strata"]
     """``strata``: within strata, ``n_h`` fixed (§11)."""
     systems: dict[str, SystemInterval]
+    comparisons: list[PairedComparison] = []
+    """Every pair of systems, compared on the same resamples (issue 28)."""
 
 
 class CalibratedFigure(_Model):

@@ -29,6 +29,7 @@ __all__ = [
     "IntervalMethod",
     "bca_interval",
     "check_method",
+    "interval_of",
     "jackknife_indices",
     "percentile_interval",
     "resample_indices",
@@ -260,3 +261,26 @@ def bca_interval(
         levels.append(norm.cdf(z0 + z / (1.0 - accel * z)))
     lo, hi = np.quantile(finite, levels)
     return (float(lo), float(hi))
+
+
+def interval_of(
+    values: FloatArray,
+    estimate: float,
+    jackknife: FloatArray | None,
+    *,
+    method: IntervalMethod,
+    confidence: float,
+) -> Interval:
+    """The ``method`` interval of the replicates ``values`` (one figure).
+
+    ``bca`` needs the figure's jackknife values; without them (or with
+    ``percentile``) the percentile interval.
+
+    >>> reps = np.linspace(-1.0, 1.0, 2001)
+    >>> [round(v, 3) for v in interval_of(reps, 0.0, None, method="bca",
+    ...                                   confidence=0.9)]
+    [-0.9, 0.9]
+    """
+    if method == "percentile" or jackknife is None:
+        return percentile_interval(values, confidence)
+    return bca_interval(values, estimate, jackknife, confidence)
