@@ -119,7 +119,7 @@ def paired_comparison(
         >>> c = paired_comparison(r, "a", r, "b", judges=["j"], n_questions=3,
         ...                       method="percentile", confidence=0.5)
         >>> c.difference, c.interval.low, c.interval.high, c.n_defined
-        (5.0, 4.5, 5.5, 3)
+        (5.0, 4.0, 5.5, 3)
     """
     names = labels or (first_system, second_system)
     if not judges:
