@@ -45,6 +45,7 @@ def _run(args: argparse.Namespace) -> int:
     require_report_deps()
     from cube_ray.report import write_comparison
 
+    lines: list[str] = []  # printed after the page's path
     print(
         write_comparison(
             args.run_dirs,
@@ -52,6 +53,9 @@ def _run(args: argparse.Namespace) -> int:
             n_resamples=args.resamples,
             seed=args.seed,
             interval=args.interval,
+            console=lines.append,
         )
     )
+    for line in lines:
+        print(line)
     return 0

@@ -77,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(paths.html)
     print(paths.markdown)
+    for line in paths.compared:  # the paired differences of its systems
+        print(line)
     return 0
 
 

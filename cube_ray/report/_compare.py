@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cube_ray import __version__
 from cube_ray.aggregate import WEIGHTED, IntervalMethod
 from cube_ray.errors import InputError
 from cube_ray.report import _plots
+from cube_ray.report._compare_paired import paired_runs_section
 from cube_ray.report._data import CUBE, load_run, num
 from cube_ray.report._deps import require_report_deps
 from cube_ray.report._format import NO_VERDICT, fmt, interval_text
@@ -43,6 +44,7 @@ def write_comparison(
     n_resamples: int | None = None,
     seed: int | None = None,
     interval: IntervalMethod | None = None,
+    console: Callable[[str], object] | None = None,
 ) -> Path:
     """Write one HTML page comparing several runs (and its ``.md`` twin).
 
@@ -53,6 +55,8 @@ def write_comparison(
             each summary's own intervals).
         seed: Bootstrap seed (None: as recorded).
         interval: ``bca`` or ``percentile`` (None: as recorded).
+        console: Called with each ``compared:`` line (the paired differences
+            across runs, on their shared questions).
 
     Returns:
         The HTML path.
@@ -181,6 +185,13 @@ def write_comparison(
             "note",
         )
     )
+    paired, lines = paired_runs_section(
+        runs, names, n_resamples=n_resamples, seed=seed, interval=interval
+    )
+    sections = [sec] if paired is None else [sec, paired]
+    if console is not None:
+        for line in lines:
+            console(line)
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     title = "CuBE comparison — " + ", ".join(names)

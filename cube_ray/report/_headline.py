@@ -13,6 +13,7 @@ from cube_ray.report._format import (
     left_out,
     short_reason,
 )
+from cube_ray.report._paired import compared_lines
 from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
 from cube_ray.report._words import (
     SAME_JUDGES,
@@ -100,6 +101,7 @@ def console_lines(run: RunData) -> list[str]:
         failed = system in incomplete_reasons(run.summary)
         for judge, reason, why in [] if failed else left_out(run, system):
             lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
+    lines.extend(compared_lines(run))  # one per pair of systems (issue 28)
     sample = _sample_text(run)
     if sample is not None:
         lines.append(f"sample: {sample}")

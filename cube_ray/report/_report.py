@@ -35,6 +35,7 @@ from cube_ray.report._data import RunData, load_run
 from cube_ray.report._deps import require_report_deps
 from cube_ray.report._glossary import with_glossary
 from cube_ray.report._headline import console_lines, headline_section
+from cube_ray.report._paired import compared_lines, paired_section
 from cube_ray.report._qualification import qualification_section
 from cube_ray.report._render import Para, Section, render_html, render_markdown
 from cube_ray.report._sections import (
@@ -61,6 +62,8 @@ class ReportPaths:
     markdown: Path
     headline: tuple[str, ...] = ()
     """:func:`console_lines` with the intervals the report shows."""
+    compared: tuple[str, ...] = ()
+    """Its ``compared:`` lines, one per pair of systems (also in ``headline``)."""
 
 
 def resolve_intervals(
@@ -90,11 +93,14 @@ def resolve_intervals(
     )
     if want_b <= 0:
         return None
-    if recorded is not None and (
-        recorded.n_resamples,
-        recorded.seed,
-        recorded.method,
-    ) == (want_b, want_seed, want_method):
+    # A summary written before paired comparisons has none for its systems.
+    paired = len(run.systems) < 2 or bool(recorded and recorded.comparisons)
+    if (
+        recorded is not None
+        and paired
+        and (recorded.n_resamples, recorded.seed, recorded.method)
+        == (want_b, want_seed, want_method)
+    ):
         return recorded
     if run.answers is None or run.scores is None or not run.systems:
         return recorded
@@ -131,8 +137,10 @@ def build_sections(
     # The jury's disagreement is said in the headline too, not only below.
     agreement = judges_agreement(run)
     notes.extend(Para(w, "warn") for w in disagreements(agreement))
-    sections = [headline_section(run, notes), per_judge_section(run)]
+    sections = [headline_section(run, notes)]
     for part in (
+        paired_section(run),
+        per_judge_section(run),
         distributions_section(run),
         retrieval_section(run),
         bounds_section(run) if run.judges and run.systems else None,
@@ -216,7 +224,10 @@ def write_report(
     footer = f"cube-ray {__version__} · CuBE: Customizable Bounds Evaluation"
     meta = _meta(run)
     paths = ReportPaths(
-        out / "report.html", out / "report.md", tuple(console_lines(run))
+        out / "report.html",
+        out / "report.md",
+        tuple(console_lines(run)),
+        tuple(compared_lines(run)),
     )
     paths.html.write_text(
         render_html(title=title, meta=meta, sections=sections, footer=footer),
