@@ -9,7 +9,6 @@ that lacks 20 of its questions and whose ``rag@hybrid`` scores one point higher.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
