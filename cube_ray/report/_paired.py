@@ -13,6 +13,7 @@ from cube_ray.aggregate import PairedComparison
 from cube_ray.report._data import RunData
 from cube_ray.report._format import fmt, interval_text
 from cube_ray.report._render import Para, Section, Table
+from cube_ray.report._words import SAME_JUDGES, SCALE_100, interval_method
 
 __all__ = [
     "PAIRED_NOTE",
@@ -20,26 +21,16 @@ __all__ = [
     "comparison_rows",
     "comparison_sentence",
     "comparison_table",
-    "method_words",
     "paired_section",
 ]
 
 PAIRED_NOTE = (
-    "Each resample draws the same questions for both systems and keeps the same "
-    "judges in every resample, so what the two share (how hard a question is, "
+    "Each resample draws the same questions for both systems, with "
+    f"{SAME_JUDGES}, so what the two share (how hard a question is, "
     "the bounds) cancels in the difference: its interval is narrower than the two "
     "systems' own intervals suggest. A difference is resolved when its interval "
     "leaves out 0; otherwise the data cannot tell which system is ahead."
 )
-
-
-def method_words(method: str) -> str:
-    """The interval method in plain words.
-
-    >>> method_words("bca"), method_words("percentile")
-    ('bias-corrected bootstrap', 'percentile bootstrap')
-    """
-    return "bias-corrected bootstrap" if method == "bca" else f"{method} bootstrap"
 
 
 def _points(value: float) -> str:
@@ -181,8 +172,9 @@ def comparison_table(
             *(f"{j}: difference [interval]" for j in judges),
         ],
         comparison_rows(comparisons, judges),
-        caption=f"CuBE of the first system minus the second, in points; interval "
-        f"by {method_words(method)} over the shared questions, paired (the same "
+        caption=f"CuBE of the first system minus the second, in points "
+        f"({SCALE_100}); interval "
+        f"by {interval_method(method)} over the shared questions, paired (the same "
         "questions for both in every resample)",
         anchor=anchor,
         numeric=frozenset({2, 3, 5, 6}),
