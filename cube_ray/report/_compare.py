@@ -188,7 +188,6 @@ def write_comparison(
     paired, lines = paired_runs_section(
         runs, names, n_resamples=n_resamples, seed=seed, interval=interval
     )
-    sections = [sec] if paired is None else [sec, paired]
     if console is not None:
         for line in lines:
             console(line)
@@ -200,7 +199,7 @@ def write_comparison(
         "Generated " + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     ]
     footer = f"cube-ray {__version__}"
-    sections = with_glossary([sec])
+    sections = with_glossary([sec] if paired is None else [sec, paired])
     out_path.write_text(
         render_html(title=title, meta=meta, sections=sections, footer=footer),
         encoding="utf-8",
