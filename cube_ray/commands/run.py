@@ -60,6 +60,22 @@ def register(subparsers: Any) -> None:
             "and left out of the summary"
         ),
     )
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
+        "--sample-size",
+        type=int,
+        metavar="N",
+        help="questions for a planned sample of N documents (overrides sample.size)",
+    )
+    size.add_argument(
+        "--fit-minutes",
+        type=float,
+        metavar="M",
+        help=(
+            "the largest sample (up to sample.size) whose estimated time on this "
+            "CPU fits M minutes"
+        ),
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html/.md")
     p.add_argument(
@@ -90,6 +106,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConfigError(msg)
     run_dir = Path(args.out) if args.out else Path(config.output_dir)
     check_out_dir(run_dir, flag="--out" if args.out else "output_dir")
+    config = _sized(config, args)
     if args.dry_run:
         dry_run_checks(config, run_dir, update=args.update)
         from cube_ray.plan import (
@@ -103,6 +120,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(format_plan(plan_run(config, limit=args.limit)))
         print(format_env_uses(config.env_uses()))
         print(format_file_uses(file_uses(config)))
+        _state_work(config, args)
         if args.address:
             from cube_ray.commands.check import run_preflight
 
@@ -117,6 +135,7 @@ def run_command(args: argparse.Namespace) -> int:
         from cube_ray.report._human import read_human_ratings
 
         read_human_ratings(args.human)
+    _state_work(config, args)
 
     options = RunOptions(
         run_dir=run_dir,
@@ -183,6 +202,43 @@ def run_command(args: argparse.Namespace) -> int:
         )
         return INCOMPLETE_EXIT_CODE
     return 0
+
+
+def _sized(config: Any, args: argparse.Namespace) -> Any:
+    """The config with ``--sample-size`` or ``--fit-minutes`` applied."""
+    from cube_ray.errors import ConfigError
+    from cube_ray.run_statement import cpu_info, fit_sample, with_sample_size
+
+    for flag, value in (
+        ("--sample-size", args.sample_size),
+        ("--fit-minutes", args.fit_minutes),
+    ):
+        if value is not None and not value > 0:
+            msg = f"{flag} must be > 0, got {value:g}; e.g. {flag} 4"
+            raise ConfigError(msg)
+    if args.sample_size is not None:
+        return with_sample_size(config, args.sample_size)
+    if args.fit_minutes is not None:
+        config, note = fit_sample(
+            config, minutes=args.fit_minutes, limit=args.limit, cpu=cpu_info()
+        )
+        print(f"cube-ray: {note}", file=sys.stderr, flush=True)
+    return config
+
+
+def _state_work(config: Any, args: argparse.Namespace) -> None:
+    """Say the run's work, its time on this CPU and how to shorten it."""
+    from cube_ray.run_statement import cpu_info, run_statement
+
+    statement = run_statement(
+        config,
+        limit=args.limit,
+        cpu=cpu_info(),
+        remote=bool(args.address),
+        config_path=args.config,
+    )
+    for line in statement.lines:
+        print(f"cube-ray: {line}", file=sys.stderr, flush=True)
 
 
 def check_out_dir(run_dir: Path, *, flag: str = "--out") -> None:

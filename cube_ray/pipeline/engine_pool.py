@@ -29,7 +29,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,10 @@ HOST_UNAVAILABLE_RETRIES = 12
 """Times a batch is sent again to a host Ray is restarting (about 100 s)."""
 PER_REQUEST_POOL = frozenset({"batch_size"})
 """Pool fields that size requests, not the pool."""
+START_QUIET_S = 3.0
+"""An engine ready within this many seconds starts without a console line."""
+START_PROGRESS_S = 15.0
+"""Seconds between the console lines of an engine that is still starting."""
 
 
 def engine_id(config: Any) -> str:
@@ -337,7 +341,9 @@ class SharedEngines:
 class EnginePools:
     """The job's engine pools, created on first use, kept until :meth:`close`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, say: Callable[[str], None] | None = None) -> None:
+        self._say = say or _say_console
+        """Where engine start-up progress goes (the console by default)."""
         self._pools: dict[str, tuple[Any, str, bool]] = {}
         self._stages: dict[str, list[str]] = {}
         self._lock = threading.Lock()
@@ -353,8 +359,6 @@ class EnginePools:
             return self._factory(configs, stage=stage)
 
     def _factory(self, configs: Sequence[Any], *, stage: str) -> SharedEngines:
-        import ray
-
         for config in configs:
             eid = engine_id(config)
             self._stages.setdefault(eid, [])
@@ -362,7 +366,7 @@ class EnginePools:
                 self._stages[eid].append(stage)
             if eid not in self._pools:
                 dispatcher = _start_dispatcher(config)
-                name, items = ray.get(dispatcher.describe.remote())
+                name, items = _await_start(dispatcher, config, eid, say=self._say)
                 self._pools[eid] = (dispatcher, name, items)
         return SharedEngines({e: self._pools[e] for e in map(engine_id, configs)})
 
@@ -389,6 +393,53 @@ class EnginePools:
             except Exception:  # already gone with its node
                 continue
         self._pools.clear()
+
+
+def _say_console(text: str) -> None:
+    from cube_ray.console import console
+
+    print(f"cube-ray: {text}", file=console(), flush=True)
+
+
+def _start_work(config: Any) -> str:
+    """What an engine host does before its first call (for the console)."""
+    if getattr(config, "backend", None) == "embedded":
+        from cube_ray.engines.embedded import _DONE, model_dir
+
+        if not (model_dir(config) / _DONE).is_file():
+            return (
+                "converting the embedded model once (a few minutes; later runs "
+                "reuse it), then loading it"
+            )
+        return "loading the embedded model"
+    return "loading the model" if getattr(config, "cpu_engine", False) else "starting"
+
+
+def _await_start(
+    dispatcher: Any, config: Any, eid: str, *, say: Callable[[str], None]
+) -> tuple[str, bool]:
+    """Wait for a pool's first host, saying so every ``START_PROGRESS_S`` seconds.
+
+    A model conversion and an engine start take minutes on a CPU; the console
+    says what is happening meanwhile instead of staying silent.
+    """
+    import ray
+
+    ref = dispatcher.describe.remote()
+    start = time.monotonic()
+    done, _ = ray.wait([ref], timeout=START_QUIET_S)
+    if done:  # a fake, reference or warm engine: nothing to say
+        name, items = ray.get(ref)
+        return str(name), bool(items)
+    say(f"engine {eid}: {_start_work(config)}")
+    while True:
+        done, _ = ray.wait([ref], timeout=START_PROGRESS_S)
+        if done:
+            break
+        say(f"engine {eid}: still starting ({time.monotonic() - start:.0f} s)")
+    name, items = ray.get(ref)
+    say(f"engine {eid}: ready after {time.monotonic() - start:.0f} s")
+    return str(name), bool(items)
 
 
 def _start_dispatcher(config: Any) -> Any:

@@ -1,0 +1,318 @@
+"""What a run will do and how long it will take here, said before any engine starts.
+
+``cube-ray run`` prints, before Ray starts: the work (documents, questions,
+engine calls, prompt and completion tokens: the ``--dry-run`` plan), an
+estimate of its time on this CPU when its engines are local CPU engines
+(:mod:`cube_ray.cpu_time`, with the profile of the CPU's bfloat16 support), and
+how to make it shorter. ``--sample-size N`` sets the planned sample's size
+(CUBE_METHOD.md section 11); ``--fit-minutes M`` picks the largest sample whose
+estimate fits M minutes and says which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cube_ray.config import RunConfig, SampleConfig
+from cube_ray.cpu_time import (
+    REFERENCE_PARAMS,
+    SPEEDS,
+    CpuSpeed,
+    RunEstimate,
+    core_factor,
+    fit_size,
+    format_minutes,
+    model_params,
+    stage_seconds,
+    sum_stages,
+)
+from cube_ray.errors import ConfigError
+from cube_ray.plan import PlanRow, _engine_name, plan_run
+
+__all__ = [
+    "CpuInfo",
+    "Statement",
+    "cpu_info",
+    "estimate_run",
+    "fit_sample",
+    "run_statement",
+    "with_sample_size",
+]
+
+_SIZE_CAP = 20.0
+"""A model k times smaller is estimated at most 20 times faster (small models
+are bound by per-step overhead, not by arithmetic)."""
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """This machine's CPU as the estimate sees it."""
+
+    model: str
+    cores: int
+    native_bfloat16: bool
+
+
+def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
+    """The CPU's model name, the cores this process may use, bfloat16 support."""
+    from cube_ray.engines.embedded import cpu_dtype
+
+    model = "this CPU"
+    try:
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip() or model
+                break
+    except OSError:
+        pass
+    cores = (
+        len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else (os.cpu_count() or 1)
+    )
+    return CpuInfo(model, cores, cpu_dtype(cpuinfo) == "bfloat16")
+
+
+def with_sample_size(config: RunConfig, size: int) -> RunConfig:
+    """``config`` with its planned sample's size set (strata and seed kept).
+
+    A config without ``sample:`` gets one of one stratum, seed 0.
+    """
+    old = config.sample
+    sample = (
+        SampleConfig(size=size)
+        if old is None
+        else SampleConfig(size=size, strata=list(old.strata), seed=old.seed)
+    )
+    return config.model_copy(update={"sample": sample})
+
+
+def _engine_speed(engine: Any, cpu: CpuInfo) -> tuple[CpuSpeed, float] | None:
+    """The profile and speed factor of a local CPU engine; None for any other."""
+    if not getattr(engine, "cpu_engine", False):
+        return None
+    dtype = str(getattr(engine, "dtype", "auto"))
+    if dtype not in SPEEDS:  # auto (or float16): what the CPU computes natively
+        dtype = "bfloat16" if cpu.native_bfloat16 else "float32"
+    if dtype == "bfloat16" and not cpu.native_bfloat16:
+        dtype = "float32"  # emulated bfloat16 is slower still: at least this slow
+    size = 1.0
+    if engine.backend == "vllm":
+        params = _params_of(Path(str(engine.model)))
+        if params:
+            size = min(_SIZE_CAP, max(1 / _SIZE_CAP, REFERENCE_PARAMS / params))
+    return SPEEDS[dtype], core_factor(cpu.cores) * size
+
+
+def _params_of(model: Path) -> int | None:
+    """The size of a local Hugging Face model folder from its ``config.json``."""
+    try:
+        data = json.loads((model / "config.json").read_text(encoding="utf-8"))
+        return model_params(
+            hidden=int(data["hidden_size"]),
+            layers=int(data["num_hidden_layers"]),
+            intermediate=int(data.get("intermediate_size", 4 * data["hidden_size"])),
+            vocab=int(data["vocab_size"]),
+            tied=bool(data.get("tie_word_embeddings", True)),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _needs_conversion(engine: Any) -> bool:
+    if engine.backend != "embedded":
+        return False
+    from cube_ray.engines.embedded import _DONE, model_dir
+
+    return not (model_dir(engine) / _DONE).is_file()
+
+
+def estimate_run(
+    config: RunConfig, rows: list[PlanRow], cpu: CpuInfo
+) -> tuple[RunEstimate, list[str]] | None:
+    """The run's time on ``cpu``, and the stages it could not estimate.
+
+    None when no stage runs on a local CPU engine (API, GPU or HTTP engines
+    only): their speed is not this machine's.
+    """
+    engines = {_engine_name(e): e for _, e in config.engines()}
+    stages: list[tuple[str, float]] = []
+    missing: list[str] = []
+    started: dict[str, CpuSpeed] = {}
+    convert = 0.0
+    for row in rows:
+        engine = engines.get(row.engine)
+        if (
+            engine is None
+            or row.calls == 0
+            or getattr(engine, "backend", "")
+            in {
+                "reference",
+                "fake",
+            }
+        ):
+            continue  # no model (file questions, the reference judge, faults)
+        speed = _engine_speed(engine, cpu)
+        if speed is None:
+            missing.append(row.stage)
+            continue
+        profile, scale = speed
+        if row.engine not in started:
+            started[row.engine] = profile
+            if _needs_conversion(engine):
+                convert = profile.convert_s
+        stages.append(
+            (
+                row.stage,
+                stage_seconds(
+                    row.prompt_tokens,
+                    row.completion_tokens,
+                    speed=profile,
+                    scale=scale,
+                ),
+            )
+        )
+    if not stages:
+        return None
+    startup = sum(p.startup_s for p in started.values())
+    return RunEstimate(convert, startup, tuple(stages)), missing
+
+
+def _sample_high(config: RunConfig, rows: list[PlanRow]) -> int:
+    """The largest sample ``--fit-minutes`` considers: the config's, or all."""
+    if config.sample is not None:
+        return config.sample.size
+    return max((r.calls for r in rows if r.stage.startswith("answers:")), default=1)
+
+
+def fit_sample(
+    config: RunConfig, *, minutes: float, limit: int | None, cpu: CpuInfo
+) -> tuple[RunConfig, str]:
+    """The config with the largest sample whose estimate fits, and what was chosen.
+
+    Raises:
+        ConfigError: No stage runs on a local CPU engine, so nothing estimates
+            the run's time here.
+    """
+    rows = plan_run(config, limit=limit)
+    high = _sample_high(config, rows)
+
+    def seconds(size: int) -> float:
+        sized = with_sample_size(config, size)
+        found = estimate_run(sized, plan_run(sized, limit=limit), cpu)
+        if found is None:
+            msg = (
+                f"--fit-minutes {minutes:g}: the run's engines are not local CPU "
+                "engines, so their time is not estimated on this machine; set the "
+                "sample's size with --sample-size N instead"
+            )
+            raise ConfigError(msg)
+        return found[0].total_s
+
+    budget = minutes * 60
+    size = fit_size(seconds, budget_s=budget, high=high)
+    took = seconds(size)
+    note = f"--fit-minutes {minutes:g}: sample size {size} of {high} (≈ "
+    note += f"{format_minutes(took)} on this CPU"
+    if took > budget:
+        note += f"; even that is over {minutes:g} min"
+    elif size < high:
+        note += f"; {size + 1} would take ≈ {format_minutes(seconds(size + 1))}"
+    note += ")"
+    return with_sample_size(config, size), note
+
+
+@dataclass(frozen=True)
+class Statement:
+    """The lines said before a run, and the estimate they quote."""
+
+    lines: list[str]
+    estimate_s: float | None
+
+
+def run_statement(
+    config: RunConfig,
+    *,
+    limit: int | None,
+    cpu: CpuInfo,
+    remote: bool = False,
+    config_path: str = "CONFIG",
+    plan: Callable[[RunConfig], list[PlanRow]] | None = None,
+) -> Statement:
+    """The work, its estimated time on ``cpu`` and how to make it shorter.
+
+    ``remote``: the run goes to a cluster (``--address``), whose CPUs are not
+    this one's: no time estimate.
+    """
+    rows = (plan or (lambda c: plan_run(c, limit=limit)))(config)
+    questions = max(
+        (r.calls for r in rows if r.stage.startswith("answers:")), default=0
+    )
+    calls = sum(r.calls for r in rows)
+    prompt = sum(r.prompt_tokens for r in rows)
+    completion = sum(r.completion_tokens for r in rows)
+    what = f"{questions:,} questions"
+    if config.sample is not None:
+        strata = ", ".join(config.sample.strata) or "one stratum"
+        what += f" (a sample of {config.sample.size:,} documents; strata: {strata})"
+    lines = [
+        f"work: {what}; {calls:,} engine calls, ≈ {prompt:,} prompt and "
+        f"{completion:,} completion tokens (`--dry-run` shows the plan)"
+    ]
+    if remote:
+        lines.append("time: not estimated (the engines run on the cluster)")
+        return Statement(lines, None)
+    found = estimate_run(config, rows, cpu)
+    if found is None:
+        lines.append("time: not estimated (no stage runs on a local CPU engine)")
+        return Statement(lines, None)
+    est, missing = found
+    kind = "native bfloat16" if cpu.native_bfloat16 else "no native bfloat16: float32"
+    parts = []
+    if est.convert_s:
+        parts.append(f"one-time model conversion {format_minutes(est.convert_s)}")
+    parts.append(f"engine start-up {format_minutes(est.startup_s)}")
+    for label, prefixes in (
+        ("questions", ["questions"]),
+        ("answers", ["answers:"]),
+        ("judges", ["scores:", "qualification"]),
+    ):
+        seconds = sum_stages(est.stages, prefixes=prefixes)
+        if seconds:
+            parts.append(f"{label} {format_minutes(seconds)}")
+    line = (
+        f"time on this CPU ({cpu.model}, {cpu.cores} cores, {kind}): "
+        f"≈ {format_minutes(est.total_s)} ({', '.join(parts)})"
+    )
+    if missing:
+        line += f"; not counted: {', '.join(missing)} (not on a local CPU engine)"
+    lines.append(line)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > cpu.cores / 2:
+        lines.append(
+            f"load average {load:.1f} on {cpu.cores} cores: other work shares this "
+            "CPU, so expect longer"
+        )
+    if questions > 1:
+        half = fit_size(
+            lambda n: _total(with_sample_size(config, n), limit, cpu),
+            budget_s=est.total_s / 2,
+            high=questions - 1,
+        )
+        shorter = _total(with_sample_size(config, half), limit, cpu)
+        lines.append(
+            f"shorter: `cube-ray run {config_path} --sample-size {half}` "
+            f"(≈ {format_minutes(shorter)}) or `--fit-minutes M` (the largest "
+            "sample that fits M minutes)"
+        )
+    return Statement(lines, est.total_s)
+
+
+def _total(config: RunConfig, limit: int | None, cpu: CpuInfo) -> float:
+    found = estimate_run(config, plan_run(config, limit=limit), cpu)
+    return found[0].total_s if found else 0.0
