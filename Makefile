@@ -35,8 +35,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The demo's size: by default the largest sample of conf/demo.yaml's 12 whose
+# estimated time on this CPU fits DEMO_MINUTES (all 12 on a CPU with native
+# bfloat16; fewer on an AVX2-only one, which computes in float32). DEMO_SIZE=N
+# asks N questions whatever it takes: `make demo DEMO_SIZE=12` is the full demo.
+DEMO_MINUTES ?= 10
+DEMO_SIZE ?=
+DEMO_ARGS = $(if $(DEMO_SIZE),--sample-size $(DEMO_SIZE),--fit-minutes $(DEMO_MINUTES))
+
 demo: $(STAMP)
-	$(BIN)/cube-ray run conf/demo.yaml --out runs/demo
+	@echo "make demo: $(DEMO_ARGS) (the full demo: make demo DEMO_SIZE=12; a time budget: make demo DEMO_MINUTES=M)"
+	$(BIN)/cube-ray run conf/demo.yaml --out runs/demo $(DEMO_ARGS)
 
 test: $(STAMP) sysdeps
 	$(BIN)/ruff check .

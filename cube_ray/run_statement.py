@@ -32,6 +32,7 @@ from cube_ray.cpu_time import (
     sum_stages,
 )
 from cube_ray.errors import ConfigError
+from cube_ray.pipeline.method import QUALIFICATION
 from cube_ray.plan import PlanRow, _engine_name, plan_run
 
 __all__ = [
@@ -140,30 +141,25 @@ def estimate_run(
     None when no stage runs on a local CPU engine (API, GPU or HTTP engines
     only): their speed is not this machine's.
     """
-    engines = {_engine_name(e): e for _, e in config.engines()}
+    from cube_ray.pipeline.engine_pool import engine_id
+
     stages: list[tuple[str, float]] = []
     missing: list[str] = []
     started: dict[str, CpuSpeed] = {}
     convert = 0.0
     for row in rows:
-        engine = engines.get(row.engine)
-        if (
-            engine is None
-            or row.calls == 0
-            or getattr(engine, "backend", "")
-            in {
-                "reference",
-                "fake",
-            }
-        ):
+        engine = _row_engine(config, row)
+        backend = getattr(engine, "backend", "")
+        if engine is None or row.calls == 0 or backend in {"reference", "fake"}:
             continue  # no model (file questions, the reference judge, faults)
         speed = _engine_speed(engine, cpu)
         if speed is None:
             missing.append(row.stage)
             continue
         profile, scale = speed
-        if row.engine not in started:
-            started[row.engine] = profile
+        eid = engine_id(engine)  # stages of one engine share its start-up
+        if eid not in started:
+            started[eid] = profile
             if _needs_conversion(engine):
                 convert = profile.convert_s
         stages.append(
@@ -181,6 +177,20 @@ def estimate_run(
         return None
     startup = sum(p.startup_s for p in started.values())
     return RunEstimate(convert, startup, tuple(stages)), missing
+
+
+def _row_engine(config: RunConfig, row: PlanRow) -> Any:
+    """The engine config of a plan row.
+
+    A judge's for its scores; else the generator's (questions, the bounds, a
+    built-in RAG's answers); None for a row of no engine of the config.
+    """
+    prefix, _, judge = row.stage.partition(":")
+    if prefix in {"scores", QUALIFICATION} and judge in config.judges:
+        return config.judges[judge]
+    if row.engine != _engine_name(config.generator):
+        return None  # a system's own engine, a file, no LLM
+    return config.generator
 
 
 def _sample_high(config: RunConfig, rows: list[PlanRow]) -> int:
