@@ -85,22 +85,26 @@ class CpuSpeed:
 SPEEDS: dict[str, CpuSpeed] = {
     "bfloat16": CpuSpeed(
         dtype="bfloat16",
-        prefill_tok_s=120.0,
-        decode_tok_s=25.0,
-        startup_s=60.0,
-        convert_s=120.0,
-        measured="the demo on a 2-core AMD EPYC with AVX512-BF16 (BENCHMARKS.md)",
+        prefill_tok_s=382.0,
+        decode_tok_s=33.0,
+        startup_s=45.0,
+        convert_s=70.0,
+        measured=(
+            "the demo on an idle 2-core Xeon with AMX-BF16 (README, 2026-12-03): "
+            "start-up 43 s, conversion 70 s, stages fitted to the plan's tokens"
+        ),
     ),
     "float32": CpuSpeed(
         dtype="float32",
-        prefill_tok_s=70.0,
-        decode_tok_s=15.4,
-        startup_s=60.0,
-        convert_s=120.0,
+        prefill_tok_s=73.0,
+        decode_tok_s=10.8,
+        startup_s=90.0,
+        convert_s=160.0,
         measured=(
-            "the demo on a 2-core AVX2-only AMD EPYC (issue 28: 43.2 prompt and "
-            "9.5 completion tok/s on one thread), times 1.62 for two threads "
-            "(BENCHMARKS.md, 'CPU engine threads')"
+            "the demo on an idle 2-core AVX2-only AMD EPYC (issue 28: 43 min 54 s, "
+            "engine on one thread: 45.1 prompt and 10.8 completion tok/s fitted), "
+            "prefill times 1.62 for two threads (BENCHMARKS.md, 'CPU engine "
+            "threads'), decode left as measured"
         ),
     ),
 }
@@ -118,7 +122,7 @@ def core_factor(cores: int) -> float:
     >>> round(core_factor(1), 3), round(core_factor(0), 3)
     (0.595, 0.595)
     """
-    return (min(max(cores, 1), 16) / REFERENCE_CORES) ** 0.75
+    return float((min(max(cores, 1), 16) / REFERENCE_CORES) ** 0.75)
 
 
 def stage_seconds(
