@@ -153,6 +153,8 @@ class RunEstimate:
     """Every engine's start-up, added up."""
     stages: tuple[tuple[str, float], ...]
     """(stage, seconds) of each stage on a CPU engine."""
+    dtypes: tuple[str, ...] = ()
+    """The compute dtypes of the engines estimated (their profiles)."""
 
     @property
     def total_s(self) -> float:

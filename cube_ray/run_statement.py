@@ -176,7 +176,8 @@ def estimate_run(
     if not stages:
         return None
     startup = sum(p.startup_s for p in started.values())
-    return RunEstimate(convert, startup, tuple(stages)), missing
+    dtypes = tuple(sorted({p.dtype for p in started.values()}))
+    return RunEstimate(convert, startup, tuple(stages), dtypes), missing
 
 
 def _row_engine(config: RunConfig, row: PlanRow) -> Any:
@@ -282,7 +283,8 @@ def run_statement(
         lines.append("time: not estimated (no stage runs on a local CPU engine)")
         return Statement(lines, None)
     est, missing = found
-    kind = "native bfloat16" if cpu.native_bfloat16 else "no native bfloat16: float32"
+    kind = "native bfloat16" if cpu.native_bfloat16 else "no native bfloat16"
+    kind += f"; the engine computes in {' and '.join(est.dtypes)}"
     parts = []
     if est.convert_s:
         parts.append(f"one-time model conversion {format_minutes(est.convert_s)}")

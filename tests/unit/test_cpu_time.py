@@ -152,7 +152,22 @@ def test_statement_says_work_time_and_how_to_shorten(tmp_path: Path) -> None:
     assert statement.estimate_s == pytest.approx(_total(config, AVX2))
     assert text.startswith("work: 12 questions (a sample of 12 documents; strata: ")
     assert "192 engine calls" in text
-    assert "time on this CPU (test CPU, 2 cores, no native bfloat16: float32)" in text
+    assert (
+        "time on this CPU (test CPU, 2 cores, no native bfloat16; the engine "
+        "computes in float32): ≈ "
+    ) in text
+    # A forced float32 on a CPU with bfloat16 says which the estimate is for.
+    forced = config.model_copy(
+        update={
+            "generator": config.generator.model_copy(update={"dtype": "float32"}),
+            "judges": {
+                n: j.model_copy(update={"dtype": "float32"}) if n == "qwen" else j
+                for n, j in config.judges.items()
+            },
+        }
+    )
+    line = run_statement(forced, limit=None, cpu=BF16).lines[1]
+    assert "native bfloat16; the engine computes in float32" in line
     assert "`cube-ray run demo.yaml --sample-size " in text
     # On a cluster this CPU says nothing about the time.
     remote = run_statement(config, limit=None, cpu=AVX2, remote=True)
