@@ -235,6 +235,8 @@ def fit_sample(
     elif size < high:
         note += f"; {size + 1} would take ≈ {format_minutes(seconds(size + 1))}"
     note += ")"
+    if size < high:
+        note += f"; all {high}: --sample-size {high}"
     return with_sample_size(config, size), note
 
 

@@ -133,6 +133,7 @@ def test_fit_minutes_chooses_the_largest_sample_that_fits(tmp_path: Path) -> Non
     assert sized.sample.strata == config.sample.strata == ["AREA_CODE_TEXT"]
     assert "sample size 4 of 12" in note
     assert "5 would take" in note
+    assert note.endswith("; all 12: --sample-size 12")
     # Time enough: the config's own size, never more.
     sized, note = fit_sample(config, minutes=10_000, limit=None, cpu=AVX2)
     assert sized.sample is not None
