@@ -135,7 +135,6 @@ def run_command(args: argparse.Namespace) -> int:
         from cube_ray.report._human import read_human_ratings
 
         read_human_ratings(args.human)
-    _state_work(config, args)
 
     options = RunOptions(
         run_dir=run_dir,
@@ -150,6 +149,7 @@ def run_command(args: argparse.Namespace) -> int:
         quiet=not args.verbose,
         config_path=args.config,
         human=Path(args.human) if args.human is not None else None,
+        before_engines=lambda: _state_work(config, args),
     )
     try:
         result = run_pipeline(config, options)
@@ -228,17 +228,23 @@ def _sized(config: Any, args: argparse.Namespace) -> Any:
 
 def _state_work(config: Any, args: argparse.Namespace) -> None:
     """Say the run's work, its time on this CPU and how to shorten it."""
+    from cube_ray.console import console
     from cube_ray.run_statement import cpu_info, run_statement
 
-    statement = run_statement(
-        config,
-        limit=args.limit,
-        cpu=cpu_info(),
-        remote=bool(args.address),
-        config_path=args.config,
-    )
-    for line in statement.lines:
-        print(f"cube-ray: {line}", file=sys.stderr, flush=True)
+    try:
+        statement = run_statement(
+            config,
+            limit=args.limit,
+            cpu=cpu_info(),
+            remote=bool(args.address),
+            config_path=args.config,
+        )
+    except Exception as exc:  # a statement must not stop the run it describes
+        msg = f"work: not estimated ({type(exc).__name__}: {exc})"
+        print(f"cube-ray: {msg}", file=console(), flush=True)
+        return
+    for line in statement.lines:  # the terminal, also while a run is quiet
+        print(f"cube-ray: {line}", file=console(), flush=True)
 
 
 def check_out_dir(run_dir: Path, *, flag: str = "--out") -> None:

@@ -113,7 +113,7 @@ class _Driver(StageRunner, Compaction, DataOps, SampleSelection, Intake):
         self.n_questions = 0
         self.stage_context: dict[str, Any] = {}
         """Constructor arguments every stage gets (the run's prompt nonce)."""
-        self.engines = EnginePools()
+        self.engines = EnginePools(before_first=options.before_engines)
         self.started_at = time.monotonic()
         """When the run began (``wall_s`` of the manifest)."""
 

@@ -341,9 +341,16 @@ class SharedEngines:
 class EnginePools:
     """The job's engine pools, created on first use, kept until :meth:`close`."""
 
-    def __init__(self, *, say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        say: Callable[[str], None] | None = None,
+        before_first: Callable[[], None] | None = None,
+    ) -> None:
         self._say = say or _say_console
         """Where engine start-up progress goes (the console by default)."""
+        self._before_first = before_first
+        """Called once, before the first pool starts."""
         self._pools: dict[str, tuple[Any, str, bool]] = {}
         self._stages: dict[str, list[str]] = {}
         self._lock = threading.Lock()
@@ -365,6 +372,9 @@ class EnginePools:
             if stage not in self._stages[eid]:
                 self._stages[eid].append(stage)
             if eid not in self._pools:
+                if self._before_first is not None:
+                    before, self._before_first = self._before_first, None
+                    before()
                 dispatcher = _start_dispatcher(config)
                 name, items = _await_start(dispatcher, config, eid, say=self._say)
                 self._pools[eid] = (dispatcher, name, items)

@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,9 @@ class RunOptions:
     that warnings and an incomplete run suggest)."""
     human: Path | None = None
     """Human scores of an audit: the summary gets the calibrated CuBE (§13)."""
+    before_engines: Callable[[], None] | None = None
+    """Called once before the first engine starts (``cube-ray run`` says the
+    work and its time here: after every check, before the first model loads)."""
 
 
 @dataclass

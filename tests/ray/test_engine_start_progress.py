@@ -28,13 +28,15 @@ def test_slow_start_prints_progress(
     monkeypatch.setattr(engine_pool, "START_PROGRESS_S", 2.0)
     slow = FakeEngineConfig(name="slow", startup_s=7.0, pool=PoolConfig(num_cpus=0.25))
     said: list[str] = []
-    pools = EnginePools(say=said.append)
+    pools = EnginePools(say=said.append, before_first=lambda: said.append("first"))
     try:
         pools.factory([slow], stage="scores:slow")
+        pools.factory([slow], stage="scores:again")  # the same pool: no second start
     finally:
         pools.close()
     eid = engine_id(slow)
-    assert said[0] == f"engine {eid}: starting"
+    assert said.count("first") == 1  # once, before the first pool starts
+    assert said[1] == f"engine {eid}: starting"
     waits = [
         int(m[1]) for s in said if (m := re.search(r"still starting \((\d+) s\)", s))
     ]
