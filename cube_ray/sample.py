@@ -1,23 +1,31 @@
 """The planned sample of a large knowledge base (CUBE_METHOD.md section 11).
 
-Every document of the population gets a key; the sample of size n is the n
-documents with the smallest keys. Within stratum h (N_h documents) the
-documents are ordered by ``sha256(f"{seed}:{doc_id}")`` and the one at 0-based
-position i gets the key ``(i + u_h) / N_h``, with ``u_h`` in [0, 1) taken from
-``sha256(f"{seed}:{h}")``. So each stratum gets its proportional share (a
-systematic sample of every stratum with a random start), the sample is
-self-weighting, and samples are nested: the sample of size n' > n contains the
-sample of size n.
+The population's documents are put in one order; the sample of size n is
+its first n documents. The order is made in two steps:
 
-The math is pure (:func:`sample_order`, :func:`sample_block`); the run dir's
-``sample/`` folder (:func:`write_sample`, :func:`read_sample`,
-:func:`load_strata`) holds the order of the whole population
-(``doc_id, stratum, key, order``; ``order < size`` is the sample) and
-``sample.json`` (seed, fields, size and the summary's ``sample`` block).
+- which stratum each position goes to: :func:`allocation_sequence`, a quota
+  sequence (each next position goes to the stratum whose quota
+  ``n * N_h / N`` falls due first), so that at *every* n each stratum holds
+  ``floor(n * N_h / N)`` or ``ceil(n * N_h / N)`` documents;
+- which document of the stratum: its documents in the order of
+  ``sha256(f"{seed}:{doc_id}")`` (:func:`doc_hash`).
+
+So the sample is self-weighting at every size, and samples are nested: the
+sample of size n' > n contains the sample of size n. This replaces section
+11's key rule ``(i + u_h) / N_h`` (rule ``"key"``), which is within +-1 of
+proportional only up to two strata (docs/pipeline.md, "The order").
+
+The math is pure (:func:`allocation_sequence`, :func:`sample_order`,
+:func:`sample_block`); the run dir's ``sample/`` folder
+(:func:`write_sample`, :func:`read_sample`, :func:`load_strata`) holds the
+order of the whole population (``doc_id, stratum, order``; ``order < size``
+is the sample) and ``sample.json`` (rule, seed, fields, size and the
+summary's ``sample`` block).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +39,11 @@ from cube_ray.seeded import MISSING, doc_hash, stratum_key, unit_offset
 __all__ = [
     "MISSING",
     "ORDER",
+    "RULE",
     "SAMPLE_DIR",
     "STRATUM",
     "SampleState",
+    "allocation_sequence",
     "describe_sample",
     "doc_hash",
     "in_run_sample",
@@ -50,7 +60,10 @@ __all__ = [
 SAMPLE_DIR = "sample"
 """The run dir's folder of the sample (``sample.parquet``, ``sample.json``)."""
 STRATUM = "stratum"
-KEY = "key"
+RULE = "quota"
+"""The order's rule in ``sample.json``. A run dir sampled before it has no
+``rule`` there: section 11's key rule, read as ``"key"``."""
+OLD_RULE = "key"
 ORDER = "order"
 """0-based position of a document in the sample order: ``order < n`` is the
 sample of size n."""
@@ -59,13 +72,72 @@ _TABLE = "sample.parquet"
 _META = "sample.json"
 
 
+def allocation_sequence(populations: Mapping[str, int], *, seed: int) -> list[str]:
+    """The stratum of each position of the sample order (a quota sequence).
+
+    Position n (1-based) goes to a stratum whose next document is *released*
+    (taking it keeps ``n_h <= ceil(n * N_h / N)``) and, among those, to the
+    one whose next document falls due first (the smallest n at which
+    ``floor(n * N_h / N)`` would exceed its count); ties go to the smaller
+    ``unit_offset(seed, h)``, then the name. Earliest-deadline-first on unit
+    jobs with release times and deadlines finds a schedule whenever one
+    exists, and the quota method of Balinski and Young shows one does, so at
+    every n each stratum holds ``floor(n * N_h / N)`` or
+    ``ceil(n * N_h / N)`` positions: within +-1 of proportional, whatever the
+    number of strata. Integer arithmetic only; O(N log H).
+
+    Args:
+        populations: Stratum -> its number of documents N_h (> 0).
+        seed: The sample's seed (breaks ties between strata).
+
+    Returns:
+        N stratum names; the first n are the strata of the sample of size n.
+
+    >>> seq = allocation_sequence({"a": 6, "b": 3, "c": 1}, seed=0)
+    >>> len(seq), seq.count("a"), seq.count("b"), seq.count("c")
+    (10, 6, 3, 1)
+    >>> all(
+    ...     n * size // 10 <= seq[:n].count(h) <= -(-n * size // 10)
+    ...     for n in range(1, 11)
+    ...     for h, size in {"a": 6, "b": 3, "c": 1}.items()
+    ... )
+    True
+    >>> allocation_sequence({"x": 2, "y": 2}, seed=3) in (
+    ...     ["x", "y", "x", "y"], ["y", "x", "y", "x"])
+    True
+    """
+    sizes = {h: int(n_h) for h, n_h in populations.items() if n_h > 0}
+    total = sum(sizes.values())
+    taken = dict.fromkeys(sizes, 0)
+    tie = {h: (unit_offset(seed, h), h) for h in sizes}
+    # (release, tie, h): the stratum's next document may take position
+    # ``release`` or later; (deadline, tie, h): it must by ``deadline``.
+    pending = sorted((1, tie[h], h) for h in sizes)
+    ready: list[tuple[int, tuple[float, str], str]] = []
+    out: list[str] = []
+    for n in range(1, total + 1):
+        while pending and pending[0][0] <= n:
+            _, t, h = heapq.heappop(pending)
+            due = ((taken[h] + 1) * total + sizes[h] - 1) // sizes[h]
+            heapq.heappush(ready, (due, t, h))
+        _, t, h = heapq.heappop(ready)
+        out.append(h)
+        taken[h] += 1
+        if taken[h] < sizes[h]:
+            heapq.heappush(pending, (taken[h] * total // sizes[h] + 1, t, h))
+    return out
+
+
 def sample_order(
     doc_ids: Sequence[str] | pl.Series,
     strata: Sequence[str] | pl.Series,
     *,
     seed: int,
 ) -> pl.DataFrame:
-    """The key and sample order of every document of a population.
+    """The sample order of every document of a population.
+
+    Position n goes to the stratum :func:`allocation_sequence` gives it, and
+    to that stratum's next document in the order of :func:`doc_hash`.
 
     Args:
         doc_ids: The population's document ids (unique).
@@ -73,12 +145,12 @@ def sample_order(
         seed: The sample's seed.
 
     Returns:
-        ``doc_id, stratum, key, order``, sorted by ``order``: the sample of
-        size n is the first n rows (ties of the key broken by the hash).
+        ``doc_id, stratum, order``, sorted by ``order``: the sample of size n
+        is the first n rows. It does not depend on the input's row order.
 
     >>> out = sample_order(["a", "b", "c", "d"], ["x", "x", "y", "y"], seed=1)
     >>> out.columns, out.height, out["order"].to_list()
-    (['doc_id', 'stratum', 'key', 'order'], 4, [0, 1, 2, 3])
+    (['doc_id', 'stratum', 'order'], 4, [0, 1, 2, 3])
     >>> sorted(out.head(2)["stratum"].to_list())  # one per stratum
     ['x', 'y']
     """
@@ -90,21 +162,19 @@ def sample_order(
             _HASH: [doc_hash(seed, d) for d in ids.to_list()],
         }
     )
-    offsets = pl.DataFrame(
-        {STRATUM: frame[STRATUM].unique().to_list()}, schema={STRATUM: pl.String}
-    ).with_columns(
-        pl.col(STRATUM)
-        .map_elements(lambda h: unit_offset(seed, h), return_dtype=pl.Float64)
-        .alias("_u")
+    position = pl.col(_HASH).rank("ordinal").over(STRATUM).cast(pl.Int64) - 1
+    sizes = dict(frame.group_by(STRATUM).len().iter_rows())
+    slots = pl.DataFrame(
+        {STRATUM: allocation_sequence(sizes, seed=seed)}, schema={STRATUM: pl.String}
+    ).with_row_index(ORDER)
+    slots = slots.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over(STRATUM).alias("_pos")
     )
-    position = pl.col(_HASH).rank("ordinal").over(STRATUM).cast(pl.Float64) - 1.0
-    size = pl.len().over(STRATUM).cast(pl.Float64)
     return (
-        frame.join(offsets, on=STRATUM, how="left")
-        .with_columns(((position + pl.col("_u")) / size).alias(KEY))
-        .sort([KEY, _HASH])
-        .with_row_index(ORDER)
-        .select("doc_id", STRATUM, KEY, pl.col(ORDER).cast(pl.Int64))
+        frame.with_columns(position.alias("_pos"))
+        .join(slots, on=[STRATUM, "_pos"], how="inner")
+        .sort(ORDER)
+        .select("doc_id", STRATUM, pl.col(ORDER).cast(pl.Int64))
     )
 
 
@@ -156,6 +226,9 @@ class SampleState:
     documents) the order was computed from."""
     block: dict[str, Any]
     """The summary's ``sample`` block (:func:`sample_block`)."""
+    rule: str = RULE
+    """How the order was made: ``"quota"`` (:func:`sample_order`), or
+    ``"key"`` for a dir sampled by section 11's earlier key rule."""
 
 
 def write_sample(folder: Path, order: pl.DataFrame, state: SampleState) -> None:
@@ -163,6 +236,7 @@ def write_sample(folder: Path, order: pl.DataFrame, state: SampleState) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     order.write_parquet(folder / _TABLE)
     meta = {
+        "rule": state.rule,
         "size": state.size,
         "seed": state.seed,
         "fields": list(state.fields),
@@ -185,6 +259,7 @@ def read_sample(run_dir: Path) -> SampleState | None:
         fields=tuple(meta["fields"]),
         population_fp=str(meta["population_fingerprint"]),
         block=dict(meta["sample"]),
+        rule=str(meta.get("rule", OLD_RULE)),
     )
 
 

@@ -156,11 +156,14 @@ class SampleSelection:
         self._draw = _Draw(order, state, ids, n_questions)
         self._strata = None  # the driver holds only the order from here on
 
-    def _previous_sample(self) -> tuple[set[str], str]:
-        """The documents the dir's last run sampled, and how it is described."""
+    def _previous_sample(self) -> tuple[set[str], str, bool]:
+        """The documents the dir's last run sampled, and how it is described.
+
+        The flag says whether a rule earlier than this version's drew them.
+        """
         import polars as pl
 
-        from cube_ray.sample import ORDER, SAMPLE_DIR, read_sample
+        from cube_ray.sample import ORDER, RULE, SAMPLE_DIR, read_sample
 
         state = read_sample(self.run_dir)
         if state is not None:
@@ -174,16 +177,24 @@ class SampleSelection:
                 f"a sample of {state.size} documents (seed {state.seed}, strata "
                 f"{list(state.fields)})"
             )
-            return set(old[schema.DOC_ID].to_list()), what
+            old_rule = state.rule != RULE
+            if old_rule:
+                what += (
+                    f" drawn by the earlier sample rule {state.rule!r} (section "
+                    "11's keys (i + u_h) / N_h, not within +-1 of proportional "
+                    f"with more than two strata), which this version replaced "
+                    f"by {RULE!r}: the same config draws other documents now"
+                )
+            return set(old[schema.DOC_ID].to_list()), what, old_rule
         files = part_files(self.run_dir / "questions")
         if not files or self.config.questions.source == "file":
-            return set(), ""
+            return set(), "", False
         done = pl.scan_parquet(files).select(schema.DOC_ID).unique().collect()
         ids = set(done[schema.DOC_ID].to_list())
-        return ids, f"questions for {len(ids)} documents (no sample)"
+        return ids, f"questions for {len(ids)} documents (no sample)", False
 
     def _check_nested(self, order: pl.DataFrame, ids: pa.Array) -> None:
-        old, what = self._previous_sample()
+        old, what, old_rule = self._previous_sample()
         if not old:
             return
         cfg = self.config.sample
@@ -200,6 +211,15 @@ class SampleSelection:
             "or pass --shrink to leave those rows out of the summary (nothing is "
             "deleted)"
         )
+        if old_rule:
+            msg = (
+                f"sample: run dir {self.run_dir} holds {what}. This config's "
+                f"sample (size {cfg.size}) leaves out {len(left_out)} of those "
+                f"documents (e.g. {left_out[0]!r}). Pass --shrink to keep every "
+                "row and evaluate the new rule's sample (questions are asked for "
+                "its new documents; rows outside it are left out of the summary, "
+                "nothing is deleted), or start a new run dir (--out)"
+            )
         raise ConfigError(msg)
 
     def write_sample_dir(self) -> None:
