@@ -373,6 +373,37 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def remove_stale_builds(root: Path, *, kind: str, key: str) -> list[Path]:
+    """Remove the temporary dirs that killed index builds left in ``root``.
+
+    A build writes ``.tmp-<kind>-<key>-<pid>`` and renames it when done; a
+    build killed first (SIGKILL, a lost node) leaves it behind. The caller
+    holds the lock of ``key``, so that key's temporary dirs are all stale; one
+    of another key is stale when its lock is free (no build of that key runs).
+
+    Returns:
+        The removed directories.
+    """
+    removed: list[Path] = []
+    prefix = f".tmp-{kind}-"
+    for tmp in sorted(root.glob(f"{prefix}*")):
+        other = tmp.name[len(prefix) :].rsplit("-", 1)[0]
+        if other != key:
+            with (root / f".{kind}-{other}.lock").open("a") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # a build of that key is running
+                    continue
+                try:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+        removed.append(tmp)
+    return removed
+
+
 def ensure_bm25_index(
     documents_path: str | Path,
     *,
@@ -415,8 +446,8 @@ def ensure_bm25_index(
                 sample.extend(str(t) for t in batch.column(0).to_pylist()[:200])
                 break
             language = detect_language(sample)
+        remove_stale_builds(root, kind="bm25", key=key)
         tmp = root / f".tmp-bm25-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
 
         def batches() -> Iterator[tuple[list[str], list[str]]]:
             for batch in iter_documents(

@@ -31,6 +31,7 @@ from cube_ray.retrieval.bm25 import (
     _file_lock,
     documents_fingerprint,
     iter_documents,
+    remove_stale_builds,
 )
 
 __all__ = [
@@ -277,8 +278,8 @@ def ensure_dense_index(
     with _file_lock(root / f".dense-{key}.lock"):
         if (final / _META).is_file():
             return final
+        remove_stale_builds(root, kind="dense", key=key)
         tmp = root / f".tmp-dense-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
         batches = (
             (
                 [str(x) for x in b.column(0).to_pylist()],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -250,3 +252,45 @@ def test_parallel_tokenisation_builds_the_same_index(tmp_path: Path) -> None:
     one, two = Bm25Index(tmp_path / "one"), Bm25Index(tmp_path / "two")
     for query in ZH_QUERIES:
         np.testing.assert_array_equal(one.scores(query), two.scores(query))
+
+
+def test_stale_build_dirs_are_removed_on_the_next_build(tmp_path: Path) -> None:
+    """A build killed before its rename leaves ``.tmp-bm25-<key>-<pid>``: the
+    next build of that key removes it, and those of other keys whose build is
+    not running; a dir whose build holds its lock stays."""
+    docs = write_documents(tmp_path / "documents", ZH_DOCS)
+    root = tmp_path / "index"
+    # A real build killed halfway: a child process builds, SIGKILLed while it
+    # holds the lock and writes its temporary dir.
+    script = (
+        "import os, signal, sys\n"
+        "import cube_ray.retrieval.bm25 as m\n"
+        "real = m.build_bm25_index\n"
+        "def dying(batches, out, **kw):\n"
+        "    out.mkdir(parents=True)\n"
+        "    (out / 'partial').write_text('x')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "m.build_bm25_index = dying\n"
+        "m.ensure_bm25_index(sys.argv[1], index_root=sys.argv[2])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(docs), str(root)], check=False
+    )
+    assert proc.returncode == -signal.SIGKILL
+    killed = [p for p in root.iterdir() if p.name.startswith(".tmp-bm25-")]
+    assert len(killed) == 1
+    assert (killed[0] / "partial").is_file()
+    key = killed[0].name.split("-")[2]
+    # Another key's leftovers: one stale, one whose build is running (locked).
+    stale = root / ".tmp-bm25-00aa-4242"
+    running = root / ".tmp-bm25-00bb-4343"
+    stale.mkdir()
+    running.mkdir()
+    with (root / ".bm25-00bb.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        built = ensure_bm25_index(docs, index_root=root)
+    assert built.name == f"bm25-{key}"
+    meta = json.loads((built / "meta.json").read_text())
+    assert meta["num_docs"] == len(ZH_DOCS)
+    left = sorted(p.name for p in root.iterdir() if p.name.startswith(".tmp"))
+    assert left == [running.name]
