@@ -3,6 +3,15 @@ r"""Pipeline scale: every stage with zero-latency fake engines, records/s, peak 
     python benchmarks/pipeline_scale.py --records 100000 [--records 1000000]
     python benchmarks/pipeline_scale.py --records 200000 --builtin-rag \
         --sample-size 2000       # questions for a stratified sample only
+    python benchmarks/pipeline_scale.py --records 200000 --builtin-rag \
+        --sample-size 2000 --grow-to 4000   # then the same dir grown
+
+With ``--grow-to M`` the same run dir runs again with ``sample.size: M`` (in
+the same fresh process, timed and sampled apart): the figures of the growth
+(wall, new questions, memory) and whether the built-in RAG's index was
+rebuilt (``index_rebuilt``: any ``RUN_DIR/index`` entry added or rewritten;
+the index dir ``bm25-<key>`` is keyed by the documents' fingerprint, which a
+growing sample does not change).
 
 Each size runs in a fresh process of its own (a driver that ran a smaller size
 first would carry what that run left behind): a synthetic corpus
@@ -217,12 +226,55 @@ def in_fresh_process(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return child.submit(fn, *args, **kwargs).result()
 
 
+def _index_state(run_dir: Path) -> dict[str, int]:
+    """``RUN_DIR/index`` entries (relative paths) -> modification time (ns)."""
+    root = run_dir / "index"
+    if not root.is_dir():
+        return {}
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def _grow(
+    cfg_dict: dict[str, Any], cfg_path: Path, run_dir: Path, size: int
+) -> dict[str, Any]:
+    """Run the same dir again with ``sample.size: size``; its figures."""
+    from cube_ray.config import RunConfig
+    from cube_ray.pipeline import RunOptions, run_pipeline
+
+    before = _index_state(run_dir)
+    cfg_dict = {**cfg_dict, "sample": {**cfg_dict["sample"], "size": size}}
+    cfg_path.write_text(yaml.safe_dump(cfg_dict, allow_unicode=True))
+    cfg = RunConfig.from_yaml(cfg_path)
+    with RssSampler() as sampler:
+        t0 = time.perf_counter()
+        result = run_pipeline(cfg, RunOptions(run_dir=run_dir, report=False))
+        wall = time.perf_counter() - t0
+    after = _index_state(run_dir)
+    changed = sorted(k for k, v in after.items() if before.get(k) != v)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    return {
+        "grow_to": size,
+        "grow_wall_seconds": round(wall, 1),
+        "grow_new_questions": result.stages["questions"].written,
+        "grow_stage_seconds": {
+            k: round(v.seconds, 1) for k, v in result.stages.items()
+        },
+        "grow_driver_peak_private_mb": round(sampler.peak_driver_private / 2**20, 1),
+        "grow_total_peak_private_mb": round(sampler.peak_total_private / 2**20, 1),
+        "index_dirs": sorted(p.name for p in (run_dir / "index").iterdir()),
+        "index_rebuilt": bool(changed),
+        "index_changed": changed[:8],
+        "corpus_fingerprint": manifest.get("corpus_fingerprint"),
+    }
+
+
 def run_one(
     records: int,
     *,
     keep: bool,
     sample_size: int | None = None,
     builtin_rag: bool = False,
+    grow_to: int | None = None,
 ) -> dict[str, Any]:
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
@@ -278,6 +330,8 @@ def run_one(
         "stage_seconds": stages,
         "summary": result.summary_path is not None,
     }
+    if grow_to is not None and sample_size is not None:
+        out.update(_grow(cfg_dict, cfg_path, run_dir, grow_to))
     if not keep:
         shutil.rmtree(base, ignore_errors=True)
     series = [{"t": t, "kinds": _by_kind(kinds)} for t, kinds in sampler.series]
@@ -299,7 +353,14 @@ def main() -> None:
         action="store_true",
         help="add the built-in RAG over the whole corpus (its index build timed)",
     )
+    parser.add_argument(
+        "--grow-to",
+        type=int,
+        help="then run the same dir with sample.size GROW_TO (needs --sample-size)",
+    )
     args = parser.parse_args()
+    if args.grow_to is not None and args.sample_size is None:
+        parser.error("--grow-to needs --sample-size")
     for n in args.records:
         result = in_fresh_process(
             run_one,
@@ -307,6 +368,7 @@ def main() -> None:
             keep=args.keep,
             sample_size=args.sample_size,
             builtin_rag=args.builtin_rag,
+            grow_to=args.grow_to,
         )
         print(json.dumps(result), flush=True)
 
