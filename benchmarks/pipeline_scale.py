@@ -7,7 +7,7 @@ r"""Pipeline scale: every stage with zero-latency fake engines, records/s, peak 
         --sample-size 2000 --grow-to 4000   # then the same dir grown
 
 With ``--grow-to M`` the same run dir runs again with ``sample.size: M`` (in
-the same fresh process, timed and sampled apart): the figures of the growth
+a fresh process of its own): the figures of the growth
 (wall, new questions, memory) and whether the built-in RAG's index was
 rebuilt (``index_rebuilt``: any ``RUN_DIR/index`` entry added or rewritten;
 the index dir ``bm25-<key>`` is keyed by the documents' fingerprint, which a
@@ -234,13 +234,14 @@ def _index_state(run_dir: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
-def _grow(
-    cfg_dict: dict[str, Any], cfg_path: Path, run_dir: Path, size: int
-) -> dict[str, Any]:
-    """Run the same dir again with ``sample.size: size``; its figures."""
+def grow_one(records: int, sample_size: int, size: int) -> dict[str, Any]:
+    """Run :func:`run_one`'s kept dir again with ``sample.size: size``."""
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
 
+    base = OUT / f"scale{records}-sample{sample_size}"
+    run_dir, cfg_path = base / "run", base / "run.yaml"
+    cfg_dict = yaml.safe_load(cfg_path.read_text())
     before = _index_state(run_dir)
     cfg_dict = {**cfg_dict, "sample": {**cfg_dict["sample"], "size": size}}
     cfg_path.write_text(yaml.safe_dump(cfg_dict, allow_unicode=True))
@@ -274,7 +275,6 @@ def run_one(
     keep: bool,
     sample_size: int | None = None,
     builtin_rag: bool = False,
-    grow_to: int | None = None,
 ) -> dict[str, Any]:
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
@@ -330,8 +330,6 @@ def run_one(
         "stage_seconds": stages,
         "summary": result.summary_path is not None,
     }
-    if grow_to is not None and sample_size is not None:
-        out.update(_grow(cfg_dict, cfg_path, run_dir, grow_to))
     if not keep:
         shutil.rmtree(base, ignore_errors=True)
     series = [{"t": t, "kinds": _by_kind(kinds)} for t, kinds in sampler.series]
@@ -365,11 +363,15 @@ def main() -> None:
         result = in_fresh_process(
             run_one,
             n,
-            keep=args.keep,
+            keep=args.keep or args.grow_to is not None,
             sample_size=args.sample_size,
             builtin_rag=args.builtin_rag,
-            grow_to=args.grow_to,
         )
+        if args.grow_to is not None:
+            # A fresh process again: the grown run starts as a user's would.
+            result.update(in_fresh_process(grow_one, n, args.sample_size, args.grow_to))
+            if not args.keep:
+                shutil.rmtree(OUT / f"scale{n}-sample{args.sample_size}")
         print(json.dumps(result), flush=True)
 
 
