@@ -6,7 +6,7 @@ its first n documents. The order is made in two steps:
 - which stratum each position goes to: :func:`allocation_sequence`, a quota
   sequence (each next position goes to the stratum whose quota
   ``n * N_h / N`` falls due first), so that at *every* n each stratum holds
-  ``floor(n * N_h / N)`` or ``ceil(n * N_h / N)`` documents;
+  within ``1 - 1 / (2H - 2)`` of ``n * N_h / N`` documents (floor or ceil);
 - which document of the stratum: its documents in the order of
   ``sha256(f"{seed}:{doc_id}")`` (:func:`doc_hash`).
 
@@ -75,16 +75,18 @@ _META = "sample.json"
 def allocation_sequence(populations: Mapping[str, int], *, seed: int) -> list[str]:
     """The stratum of each position of the sample order (a quota sequence).
 
-    Position n (1-based) goes to a stratum whose next document is *released*
-    (taking it keeps ``n_h <= ceil(n * N_h / N)``) and, among those, to the
-    one whose next document falls due first (the smallest n at which
-    ``floor(n * N_h / N)`` would exceed its count); ties go to the smaller
-    ``unit_offset(seed, h)``, then the name. Earliest-deadline-first on unit
-    jobs with release times and deadlines finds a schedule whenever one
-    exists, and the quota method of Balinski and Young shows one does, so at
-    every n each stratum holds ``floor(n * N_h / N)`` or
-    ``ceil(n * N_h / N)`` positions: within +-1 of proportional, whatever the
-    number of strata. Integer arithmetic only; O(N log H).
+    With H strata and ``delta = 1 - 1 / (2H - 2)`` (0 for one stratum), a
+    stratum's k-th document is *released* at the first position n where
+    taking it keeps ``k <= n * N_h / N + delta``, and is *due* at the first
+    n where ``n * N_h / N - delta`` would exceed ``k - 1``. Position n goes to
+    the released stratum due first (earliest deadline first); ties go to the
+    smaller ``unit_offset(seed, h)``, then the name. Tijdeman (1980, "The
+    chairman assignment problem") proves a sequence within ``delta`` exists,
+    and earliest-deadline-first on unit jobs with release times and deadlines
+    finds one whenever one exists. So at every n each stratum's count is
+    within ``delta < 1`` of ``n * N_h / N`` (``floor`` or ``ceil`` of it;
+    nearest rounding, within 0.5, with two strata), whatever the number of
+    strata. Integer arithmetic only; O(N log H).
 
     Args:
         populations: Stratum -> its number of documents N_h (> 0).
@@ -93,14 +95,15 @@ def allocation_sequence(populations: Mapping[str, int], *, seed: int) -> list[st
     Returns:
         N stratum names; the first n are the strata of the sample of size n.
 
-    >>> seq = allocation_sequence({"a": 6, "b": 3, "c": 1}, seed=0)
+    >>> sizes = {"a": 6, "b": 3, "c": 1}
+    >>> seq = allocation_sequence(sizes, seed=0)
     >>> len(seq), seq.count("a"), seq.count("b"), seq.count("c")
     (10, 6, 3, 1)
-    >>> all(
-    ...     n * size // 10 <= seq[:n].count(h) <= -(-n * size // 10)
+    >>> max(  # delta = 1 - 1/4 with three strata
+    ...     abs(seq[:n].count(h) - n * size / 10)
     ...     for n in range(1, 11)
-    ...     for h, size in {"a": 6, "b": 3, "c": 1}.items()
-    ... )
+    ...     for h, size in sizes.items()
+    ... ) <= 0.75
     True
     >>> allocation_sequence({"x": 2, "y": 2}, seed=3) in (
     ...     ["x", "y", "x", "y"], ["y", "x", "y", "x"])
@@ -108,23 +111,34 @@ def allocation_sequence(populations: Mapping[str, int], *, seed: int) -> list[st
     """
     sizes = {h: int(n_h) for h, n_h in populations.items() if n_h > 0}
     total = sum(sizes.values())
+    n_strata = len(sizes)
+    # delta = slack / scale, kept as integers: 1 - 1 / (2H - 2).
+    scale, slack = (2 * n_strata - 2, 2 * n_strata - 3) if n_strata > 1 else (1, 0)
     taken = dict.fromkeys(sizes, 0)
     tie = {h: (unit_offset(seed, h), h) for h in sizes}
-    # (release, tie, h): the stratum's next document may take position
-    # ``release`` or later; (deadline, tie, h): it must by ``deadline``.
-    pending = sorted((1, tie[h], h) for h in sizes)
+
+    def release(h: str) -> int:
+        k = taken[h] + 1
+        return max(1, -(-((scale * k - slack) * total) // (scale * sizes[h])))
+
+    def due(h: str) -> int:
+        k = taken[h] + 1
+        return (scale * (k - 1) + slack) * total // (scale * sizes[h]) + 1
+
+    # (release, tie, h): the stratum's next document may take that position or
+    # a later one; (due, tie, h): it must take that one or an earlier one.
+    pending = sorted((release(h), tie[h], h) for h in sizes)
     ready: list[tuple[int, tuple[float, str], str]] = []
     out: list[str] = []
     for n in range(1, total + 1):
         while pending and pending[0][0] <= n:
             _, t, h = heapq.heappop(pending)
-            due = ((taken[h] + 1) * total + sizes[h] - 1) // sizes[h]
-            heapq.heappush(ready, (due, t, h))
+            heapq.heappush(ready, (due(h), t, h))
         _, t, h = heapq.heappop(ready)
         out.append(h)
         taken[h] += 1
         if taken[h] < sizes[h]:
-            heapq.heappush(pending, (taken[h] * total // sizes[h] + 1, t, h))
+            heapq.heappush(pending, (release(h), t, h))
     return out
 
 
