@@ -302,8 +302,7 @@ def test_dir_sampled_by_the_old_key_rule(
     from cube_ray.cli import main
     from cube_ray.config import RunConfig
     from cube_ray.errors import ConfigError
-    from cube_ray.pipeline import RunOptions
-    from cube_ray.pipeline.run import _Driver
+    from cube_ray.pipeline import RunOptions, _Driver
     from cube_ray.sample import read_sample
     from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
