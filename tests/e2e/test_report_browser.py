@@ -353,6 +353,7 @@ def test_report_in_headless_chromium(tmp_path: Path, browser: _Cdp) -> None:
     _assert_chart_title_not_clipped(browser, session, evaluate)
     assert info["sections"] == [
         "headline",
+        "paired",
         "judges",
         "distributions",
         "retrieval",
