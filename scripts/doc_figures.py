@@ -21,7 +21,6 @@ left as they are. ``tests/unit/test_doc_figures.py`` runs ``--check``.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import subprocess
@@ -32,7 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_GLOBS = ("README.md", "docs/*.md")
-MARKER = re.compile(r"<!-- fig:(?P<name>[a-z0-9_]+) -->(?P<value>.*?)<!-- /fig -->", re.S)
+MARKER = re.compile(
+    r"<!-- fig:(?P<name>[a-z0-9_]+) -->(?P<value>.*?)<!-- /fig -->", re.S
+)
 
 DEMO = ROOT / "conf" / "demo.yaml"
 GUANGDONG = ROOT / "conf" / "guangdong.yaml"
@@ -106,19 +107,19 @@ def dry_run(config: Path, env: dict[str, str] | None = None) -> DryRun:
 
 
 def parse_dry_run(text: str) -> DryRun:
-    """The stage table of a dry run's output.
+    r"""The stage table of a dry run's output.
 
     >>> out = (
     ...     "stage                    engine                                  calls"
-    ...     "   prompt tokens  after prefix sharing\\n" + "-" * 108 + "\\n"
+    ...     "   prompt tokens  after prefix sharing\n" + "-" * 108 + "\n"
     ...     "scores:qwen              embedded:qwen2.5-coder-1.5b-instru         72"
-    ...     "          60,126                34,221\\n" + "-" * 108 + "\\n"
+    ...     "          60,126                34,221\n" + "-" * 108 + "\n"
     ...     "total                                                               72"
-    ...     "          60,126\\nToken counts are estimates"
+    ...     "          60,126\nToken counts are estimates"
     ... )
-    >>> parse_dry_run(out).rows[0]
-    Row(stage='scores:qwen', engine='embedded:qwen2.5-coder-1.5b-instru', calls=72, \
-prompt_tokens=60126, after_sharing=34221)
+    >>> r = parse_dry_run(out).rows[0]
+    >>> r.stage, r.engine, r.calls, r.prompt_tokens, r.after_sharing
+    ('scores:qwen', 'embedded:qwen2.5-coder-1.5b-instru', 72, 60126, 34221)
     """
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("stage "))
@@ -224,7 +225,7 @@ class Sources:
         return got
 
 
-class Skipped(Exception):  # noqa: N818 (a reason, not an error)
+class Skipped(Exception):
     """A figure's source is absent here; the figure is left as it is."""
 
 
@@ -238,7 +239,10 @@ def _judge_rows(run: DryRun) -> list[Row]:
 
 def _prefill(run: DryRun) -> int:
     """Prompt tokens once judge prompts share their prefix."""
-    return sum(r.prompt_tokens if r.after_sharing is None else r.after_sharing for r in run.rows)
+    return sum(
+        r.prompt_tokens if r.after_sharing is None else r.after_sharing
+        for r in run.rows
+    )
 
 
 @dataclass(frozen=True)
@@ -297,7 +301,9 @@ class CostModel:
     def generator_hours(self) -> float:
         """GPU-hours of the generator group (questions, bounds, both variants)."""
         g = self.gpu_hours()
-        return sum(g[k][2] for k in ("questions", "both bounds", "`rag@k8`", "`rag@k4`"))
+        return sum(
+            g[k][2] for k in ("questions", "both bounds", "`rag@k8`", "`rag@k4`")
+        )
 
     def judge_hours(self) -> float:
         """GPU-hours of one judge with prefix sharing."""
@@ -353,7 +359,7 @@ def _waved(gen_h: float, judge_h: float) -> float:
     The slower group works throughout; the faster one adds its share of the
     first (or last) wave: ``max + min / WAVES``.
 
-    >>> _waved(42.4, 14.9)
+    >>> round(_waved(42.4, 14.9), 3)
     43.145
     """
     return max(gen_h, judge_h) + min(gen_h, judge_h) / WAVES
@@ -370,8 +376,14 @@ def _wall(c: CostModel) -> dict[str, float]:
     seq = gen / 8 + 2 * (c.judge_hours() / 16)
     waves = _waved(gen / 8, judges / 16)
     g, sized = _sized(gen, judges)
-    return {"gen": gen, "judges": judges, "seq": seq, "waves": waves, "sized": sized,
-            "g": g}
+    return {
+        "gen": gen,
+        "judges": judges,
+        "seq": seq,
+        "waves": waves,
+        "sized": sized,
+        "g": g,
+    }
 
 
 def _wall_table(c: CostModel) -> str:
@@ -440,17 +452,23 @@ FIGURES: dict[str, Callable[[Sources], str]] = {
         lambda c: f"{c.judge_calls * c.judge * c.shared / 1e9:.0f} B"
     ),
     "gd_generator_hours": _gd(
-        lambda c: " + ".join(
-            f"{c.gpu_hours()[k][2]:.0f}"
-            for k in ("questions", "both bounds", "`rag@k8`", "`rag@k4`")
+        lambda c: (
+            " + ".join(
+                f"{c.gpu_hours()[k][2]:.0f}"
+                for k in ("questions", "both bounds", "`rag@k8`", "`rag@k4`")
+            )
+            + f" = {c.generator_hours():.0f}"
         )
-        + f" = {c.generator_hours():.0f}"
     ),
-    "gd_judge_hours": _gd(lambda c: f"2 × {c.judge_hours():.0f} = {2 * c.judge_hours():.0f}"),
+    "gd_judge_hours": _gd(
+        lambda c: f"2 × {c.judge_hours():.0f} = {2 * c.judge_hours():.0f}"
+    ),
     "gd_wall_table": _gd(lambda c: _block(_wall_table(c))),
     "gd_wall_gain": _gd(
-        lambda c: f"{_wall(c)['seq']:.0f} h → {_wall(c)['sized']:.0f}–"
-        f"{_wall(c)['waves']:.0f} h"
+        lambda c: (
+            f"{_wall(c)['seq']:.0f} h → {_wall(c)['sized']:.0f}–"
+            f"{_wall(c)['waves']:.0f} h"
+        )
     ),
 }
 
@@ -515,7 +533,9 @@ def check(root: Path = ROOT, sources: Sources | None = None) -> list[str]:
 
 def skipped(root: Path = ROOT, sources: Sources | None = None) -> list[str]:
     """The figures whose source is absent here, with the reason."""
-    values = compute({s.name for s in sites(root) if s.name in FIGURES}, sources or Sources())
+    values = compute(
+        {s.name for s in sites(root) if s.name in FIGURES}, sources or Sources()
+    )
     return [f"{k}: {v}" for k, v in values.items() if isinstance(v, Skipped)]
 
 
@@ -527,7 +547,7 @@ def write(root: Path = ROOT, sources: Sources | None = None) -> list[str]:
     for path in doc_files(root):
         text = path.read_text(encoding="utf-8")
 
-        def swap(m: re.Match[str]) -> str:
+        def swap(m: re.Match[str], path: Path = path) -> str:
             value = values.get(m["name"])
             if not isinstance(value, str) or value == m["value"]:
                 return m[0]

@@ -23,7 +23,8 @@ SCRIPT = ROOT / "scripts" / "doc_figures.py"
 
 def _load() -> ModuleType:
     spec = importlib.util.spec_from_file_location("doc_figures", SCRIPT)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["doc_figures"] = module  # dataclasses resolve their module
     spec.loader.exec_module(module)
@@ -67,7 +68,9 @@ def test_a_drifted_figure_fails_and_write_restores_it(
     _copy_docs(tmp_path)
     readme = tmp_path / "README.md"
     text = readme.read_text(encoding="utf-8")
-    site = next(s for s in doc_figures.sites(tmp_path) if s.name == "demo_prefill_tokens")
+    site = next(
+        s for s in doc_figures.sites(tmp_path) if s.name == "demo_prefill_tokens"
+    )
     drifted = text.replace(
         f"<!-- fig:{site.name} -->{site.value}<!-- /fig -->",
         f"<!-- fig:{site.name} -->44,000<!-- /fig -->",
@@ -77,7 +80,9 @@ def test_a_drifted_figure_fails_and_write_restores_it(
     readme.write_text(drifted, encoding="utf-8")
     problems = doc_figures.check(tmp_path, sources)
     assert len(problems) == 1, problems
-    assert problems[0].startswith(f"drifted: demo_prefill_tokens at README.md:{site.line}")
+    assert problems[0].startswith(
+        f"drifted: demo_prefill_tokens at README.md:{site.line}"
+    )
     assert "the doc says '44,000'" in problems[0]
     assert f"the command gives '{site.value}'" in problems[0]
 
