@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 pytestmark = pytest.mark.skipif(
     not (WORKED / "expected_summary.json").exists(),
     reason=f"worked example not found at {WORKED}",

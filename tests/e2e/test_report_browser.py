@@ -31,7 +31,7 @@ from cube_ray.aggregate import AggregateOptions, summarize
 from cube_ray.report import write_report
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
-WORKED = SHARED / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 RECORDS = SHARED / "data" / "guangdong_service_items" / "records.jsonl"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PROBE = '<script>document.title="pwned"</script><img src="http://198.51.100.7/x.png">'

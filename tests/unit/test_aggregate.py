@@ -26,7 +26,7 @@ from cube_ray.aggregate import (
 from cube_ray.aggregate import summarize as _summarize
 from cube_ray.errors import ConfigError, InputError
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 needs_worked = pytest.mark.skipif(
     not (WORKED / "expected_summary.json").exists(),
     reason=f"worked example not found at {WORKED}",

@@ -32,7 +32,7 @@ from cube_ray.aggregate import (
 )
 from cube_ray.errors import InputError
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 needs_worked = pytest.mark.skipif(
     not WORKED.is_dir(), reason=f"worked example not found at {WORKED}"
 )

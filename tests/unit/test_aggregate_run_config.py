@@ -23,7 +23,7 @@ from cube_ray.pipeline import summarize_run
 from cube_ray.qualification import OWN_MODEL
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 SYSTEMS = ("rag@bm25", "rag@hybrid")
 
 

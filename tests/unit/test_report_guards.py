@@ -34,7 +34,7 @@ from cube_ray.errors import InputError
 from cube_ray.report import NO_VERDICT, write_report
 from cube_ray.report._words import interval_method
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 needs_worked = pytest.mark.skipif(
     not WORKED.is_dir(), reason=f"worked example not found at {WORKED}"
 )

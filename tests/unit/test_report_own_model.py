@@ -19,7 +19,7 @@ from cube_ray.report import write_report
 from cube_ray.report._data import RunData
 from cube_ray.report._headline import console_lines
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from cube_ray.cli import main
 from cube_ray.errors import InputError
 from cube_ray.report import write_comparison, write_report
 
-WORKED = Path(__file__).resolve().parents[3] / "shared" / "examples" / "worked"
+WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"
 pytestmark = pytest.mark.skipif(
     not WORKED.is_dir(), reason=f"worked example not found at {WORKED}"
 )
