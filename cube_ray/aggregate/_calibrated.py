@@ -265,6 +265,10 @@ def _interval(
     return bca_interval(values, estimate, jackknife, confidence)
 
 
+_NO: Interval = (None, None)
+"""No interval."""
+
+
 def _figure(ci: Interval) -> FigureInterval:
     return FigureInterval.of(ci[0], ci[1])
 
@@ -467,8 +471,12 @@ def calibrate(
             if uj is not None:
                 parts.append(calibrated_value(hp, jlp, uj, lam))
             jack = _centred(*parts)
-        ci = _interval(theta_b, theta, jack, confidence)
-        human_ci = _interval(hb, hp, jack_h, confidence)
+        # No interval around a figure that is undefined on the sample as drawn
+        # (e.g. people's bounds not apart): replicates alone would give one.
+        ci = (
+            _interval(theta_b, theta, jack, confidence) if math.isfinite(theta) else _NO
+        )
+        human_ci = _interval(hb, hp, jack_h, confidence) if math.isfinite(hp) else _NO
         gain = effective_gain(human_ci, ci)
         return CalibratedFigure.model_validate(
             {

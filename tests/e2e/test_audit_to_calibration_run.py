@@ -62,7 +62,8 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
     dims = [d.name for d in key.dimensions]
     assert len(header) == 5 + len(dims)
 
-    # People score like judge j1, 1.5 points harsher on the system under test.
+    # People tell the bounds apart (zero 2, full 9) and score the system's
+    # answers from judge j1's scores, 1.5 points harsher: their figure is defined.
     scores = pl.read_parquet(run_dir / "scores")
     j1 = {
         (q, s, d): v
@@ -70,13 +71,11 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
         .select("question_id", "system", "dimension", "score")
         .iter_rows()
     }
+    fixed = {"zero": 2.0, "full": 9.0}
     filled = [header]
     for row, k in zip(body, key.rows, strict=True):
-        shift = -1.5 if k.system not in ("zero", "full") else 0.0
-        values = [
-            f"{min(10.0, max(0.0, j1[(k.question_id, k.system, d)] + shift)):.1f}"
-            for d in dims
-        ]
+        harsher = [j1[(k.question_id, k.system, d)] - 1.5 for d in dims]
+        values = [f"{fixed.get(k.system, min(8.5, max(3.5, v))):.1f}" for v in harsher]
         filled.append([*row[:5], *values])
     buffer = io.StringIO()
     csv.writer(buffer).writerows(filled)
@@ -100,6 +99,8 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
         figure = judge["rag"]
         assert figure["n_labeled"] == AUDIT
         assert 0.0 <= figure["lambda"] <= 1.0
+        assert figure["human_only"] is not None
+        assert figure["cube"] is not None
         interval = figure["interval"]
         assert interval["low"] <= figure["cube"] <= interval["high"]
     report = (run_dir / "report.html").read_text(encoding="utf-8")
