@@ -37,6 +37,19 @@ def _points(value: float) -> str:
     return f"{value:.1f}"
 
 
+_LEVEL = 1e-9
+"""CuBE points below which a difference is rounding noise (summation order)."""
+
+
+def _sign(value: float) -> int:
+    """1, -1 or 0 (level) for a difference of CuBE points.
+
+    >>> _sign(2.5), _sign(-1e-13), _sign(0.0)
+    (1, 0, 0)
+    """
+    return 0 if abs(value) < _LEVEL else (1 if value > 0 else -1)
+
+
 def _agreement(c: PairedComparison, sign: int) -> str:
     """Whether each judge puts the same system ahead as the jury does."""
     n = len(c.judges)
@@ -44,12 +57,12 @@ def _agreement(c: PairedComparison, sign: int) -> str:
         return "one judge"
     ahead = {1: c.first, -1: c.second}
     values = [c.per_judge[j].difference for j in c.judges]
-    if sign == 0 and all(v == 0 for v in values):
+    if sign == 0 and all(v is not None and _sign(v) == 0 for v in values):
         return "no judge sees a difference"
     dissent = []
     for judge in c.judges:
         d = c.per_judge[judge].difference
-        s = 0 if d is None or d == 0 else (1 if d > 0 else -1)
+        s = 0 if d is None else _sign(d)
         if s != sign or sign == 0:
             if d is None:
                 dissent.append(f"{judge} has no figure")
@@ -88,7 +101,7 @@ def comparison_sentence(c: PairedComparison, *, confidence: float = 0.95) -> str
     if c.difference is None:
         why = c.reason.text if c.reason is not None else "one CuBE is undefined"
         return f"{c.first} and {c.second} are not compared: {why}"
-    sign = 1 if c.difference > 0 else (-1 if c.difference < 0 else 0)
+    sign = _sign(c.difference)
     ahead, behind = (c.second, c.first) if sign < 0 else (c.first, c.second)
     low, high = c.interval.low, c.interval.high
     if sign < 0 and low is not None and high is not None:
