@@ -1,10 +1,12 @@
-"""``cube-ray audit RUN_DIR --import FILLED.csv``: a filled sheet -> the human file.
+"""``cube-ray audit RUN_DIR --import FILLED``: a filled sheet -> the human file.
 
-Every cell is checked before anything is written; the first problem is one
-error naming the file, the spreadsheet row (the header is row 1) and the
-column (letter and heading). The human file has the columns
-``question_id, system, dimension, score`` that ``cube-ray report --human``
-reads (:func:`cube_ray.report.read_human_ratings`).
+The sheet is the CSV or the ``.xlsx`` the draw wrote (a workbook is read with
+``openpyxl``). Every cell is checked before anything is written; the first
+problem is one error naming the file (and the workbook's sheet), the
+spreadsheet row (the header is row 1) and the column (letter and heading).
+The human file has the columns ``question_id, system, dimension, score``
+that ``cube-ray report --human`` reads
+(:func:`cube_ray.report.read_human_ratings`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from cube_ray import schema
 from cube_ray.audit._draw import column_letter, parse_score
 from cube_ray.audit._key import AuditKey, KeyRow, write_atomic
 from cube_ray.audit._worksheet import AUDIT_DIR, ROW, answer_units
+from cube_ray.audit._xlsx import is_workbook, read_xlsx
 from cube_ray.errors import InputError
 
 __all__ = ["HUMAN_FILE", "Imported", "find_key", "import_sheet"]
@@ -66,9 +69,7 @@ def find_key(sheet: Path, *, run_dir: Path, out_dir: Path) -> Path:
         raise InputError(msg, path=str(sheet))
     if len(keys) == 1:
         return keys[0]
-    records = _records(sheet, _text(sheet))
-    next(records)  # the header
-    n_rows = sum(1 for r in records if any(c.strip() for c in r))
+    n_rows = sum(1 for _, r in _load(sheet).records if any(c.strip() for c in r))
     fitting = [k for k in keys if len(AuditKey.read(k).rows) == n_rows]
     if len(fitting) == 1:
         return fitting[0]
@@ -90,7 +91,7 @@ def import_sheet(
     """Validate a filled worksheet and write the human file.
 
     Args:
-        sheet: The filled CSV.
+        sheet: The filled CSV or ``.xlsx``.
         run_dir: The run directory the sheet was drawn from.
         out_dir: Where ``human.csv`` goes (default ``RUN_DIR/audit``).
         key_path: The sheet's key (default: found by :func:`find_key`).
@@ -110,8 +111,9 @@ def import_sheet(
         else find_key(path, run_dir=root, out_dir=out)
     )
     key = AuditKey.read(key_file)
-    cells = _read_cells(path, key, key_file)
-    rows = _human_rows(path, key, cells)
+    loaded = _load(path)
+    cells = _read_cells(loaded, key, key_file)
+    rows = _human_rows(loaded.label, key, cells)
     _check_same_run(root, key, key_file, rows)
     target = out / HUMAN_FILE
     _check_nothing_dropped(target, rows)
@@ -173,34 +175,77 @@ def _records(path: Path, text: str) -> Iterator[list[str]]:
                 msg = f"row {reader.line_num}: not a well-formed CSV row ({exc})"
                 raise InputError(msg, path=str(path)) from None
             return
-    msg = (
-        f"missing column {ROW!r} in the header (row 1); expected the sheet "
-        "`cube-ray audit --size` wrote, with its header row and row ids as they "
-        "were"
-    )
-    raise InputError(msg, path=str(path))
+    raise InputError(_NO_ROW_COLUMN, path=str(path))
 
 
-def _read_cells(path: Path, key: AuditKey, key_file: Path) -> list[_Cell]:
-    """Every score cell of the sheet, each checked; raises on the first problem."""
+_NO_ROW_COLUMN = (
+    f"missing column {ROW!r} in the header (row 1); expected the sheet "
+    "`cube-ray audit --size` wrote, with its header row and row ids as they were"
+)
+
+
+@dataclass(frozen=True)
+class _Sheet:
+    """A filled sheet, CSV or workbook, as text records."""
+
+    label: str
+    """The file (and the workbook's sheet), as errors name it."""
+    header: list[str]
+    records: Iterator[tuple[int, list[str]]]
+    """``(spreadsheet row, cells)`` after the header, read as they are used."""
+    merged: list[tuple[str, int, int, int, int]]
+    """A workbook's merged ranges (:class:`cube_ray.audit._xlsx.SheetCells`)."""
+
+
+def _load(path: Path) -> _Sheet:
+    """Open a filled sheet: a workbook by its suffix or content, else a CSV."""
+    if is_workbook(path):
+        book = read_xlsx(path)
+        if not book.rows or ROW not in (h.strip() for h in book.rows[0]):
+            raise InputError(_NO_ROW_COLUMN, path=book.label)
+        return _Sheet(
+            label=book.label,
+            header=book.rows[0],
+            records=enumerate(book.rows[1:], start=2),
+            merged=book.merged,
+        )
+    if path.suffix.lower() == ".xls":
+        msg = (
+            "an Excel 97-2003 workbook (.xls) cannot be read; save it as 'Excel "
+            "Workbook (.xlsx)' or as CSV UTF-8, then import that"
+        )
+        raise InputError(msg, path=str(path))
     records = _records(path, _text(path))
-    header = [h.strip() for h in next(records)]
+    header = next(records)
+    return _Sheet(
+        label=str(path),
+        header=header,
+        records=enumerate(records, start=2),
+        merged=[],
+    )
+
+
+def _read_cells(sheet: _Sheet, key: AuditKey, key_file: Path) -> list[_Cell]:
+    """Every score cell of the sheet, each checked; raises on the first problem."""
+    label = sheet.label
+    header = [h.strip() for h in sheet.header]
     row_col = header.index(ROW)
     columns: list[tuple[int, str, str]] = []
     for dim in key.dimensions:
-        index = _find_column(header, dim.column, dim.name)
+        index = _find_column(label, header, dim.column, dim.name)
         if index is None:
             msg = (
                 f"missing column {dim.column!r} (dimension {dim.name!r}) in the "
                 f"header (row 1); found {header}. Keep the score columns the "
                 f"sheet was written with (key {key_file.name})"
             )
-            raise InputError(msg, path=str(path))
+            raise InputError(msg, path=label)
         columns.append((index, header[index], dim.name))
+    _check_merged(sheet, [(row_col, ROW), *((i, h) for i, h, _ in columns)])
     by_id = {r.row: r for r in key.rows}
     seen: dict[str, int] = {}
     cells: list[_Cell] = []
-    for number, record in enumerate(records, start=2):
+    for number, record in sheet.records:
         if not any(c.strip() for c in record):
             continue  # a blank line a spreadsheet left at the end
         rid = record[row_col].strip() if row_col < len(record) else ""
@@ -211,21 +256,22 @@ def _read_cells(path: Path, key: AuditKey, key_file: Path) -> list[_Cell]:
                 f"{key_file.name}: {key.rows[0].row} ... {key.rows[-1].row}); "
                 "row ids must stay as written: undo the change"
             )
-            raise InputError(msg, path=str(path))
+            raise InputError(msg, path=label)
         if rid in seen:
             msg = (
                 f"{where}: row id {rid!r} is also on row {seen[rid]}; each answer "
                 "is one row: delete the copy"
             )
-            raise InputError(msg, path=str(path))
+            raise InputError(msg, path=label)
         seen[rid] = number
+        _check_headed(label, header, number, record)
         for index, heading, name in columns:
             raw = record[index] if index < len(record) else ""
             try:
                 value = parse_score(raw)
             except ValueError as exc:
                 msg = f"{_where(number, index, heading)}: {exc}"
-                raise InputError(msg, path=str(path)) from None
+                raise InputError(msg, path=label) from None
             cells.append(_Cell(by_id[rid], number, index, heading, name, value))
     missing = [r.row for r in key.rows if r.row not in seen]
     if missing:
@@ -235,22 +281,73 @@ def _read_cells(path: Path, key: AuditKey, key_file: Path) -> list[_Cell]:
             "missing from the sheet; every row the sheet was written with must "
             "stay: restore it from the sheet `cube-ray audit --size` wrote"
         )
-        raise InputError(msg, path=str(path))
+        raise InputError(msg, path=label)
     return cells
 
 
-def _find_column(header: list[str], heading: str, name: str) -> int | None:
-    """The column of a dimension: its exact heading, else one starting with its name."""
-    if heading in header:
-        return header.index(heading)
-    for index, h in enumerate(header):
-        if h.split(" ", 1)[0].split("(", 1)[0] == name:
-            return index
-    return None
+def _check_merged(sheet: _Sheet, read: list[tuple[int, str]]) -> None:
+    """No merged range covers a cell the import reads (a row id or a score).
+
+    Merging keeps the first cell's value only: the scores of the other cells
+    would be lost, or one score would stand for several.
+    """
+    for coord, top, left, _, right in sorted(sheet.merged, key=lambda m: m[1:]):
+        hit = [(i, h) for i, h in read if left <= i <= right]
+        if not hit:
+            continue
+        index, heading = hit[0]
+        msg = (
+            f"{_where(top, index, heading)}: merged with other cells ({coord}); "
+            "each answer needs its own row id and scores, one value per cell: "
+            "unmerge them (Excel: Home > Merge & Center > Unmerge Cells) and "
+            "fill each cell"
+        )
+        raise InputError(msg, path=sheet.label)
+
+
+def _check_headed(
+    label: str, header: list[str], number: int, record: list[str]
+) -> None:
+    """No value in a column without a heading: a score typed beside its column."""
+    for index, raw in enumerate(record):
+        if raw.strip() and (index >= len(header) or not header[index]):
+            msg = (
+                f"row {number}, column {column_letter(index)} (no heading): "
+                f"{raw.strip()[:40]!r} is in a column without a heading; move a "
+                "score into its dimension's column, or give a column of notes "
+                "a heading in row 1"
+            )
+            raise InputError(msg, path=label)
+
+
+def _find_column(label: str, header: list[str], heading: str, name: str) -> int | None:
+    """The column of a dimension: its exact heading, else one starting with its name.
+
+    Raises:
+        InputError: Two columns fit (a copied score column): which is meant
+            is unknown.
+    """
+    found = [i for i, h in enumerate(header) if h == heading]
+    if not found:
+        found = [
+            i
+            for i, h in enumerate(header)
+            if h.split(" ", 1)[0].split("(", 1)[0] == name
+        ]
+    if len(found) > 1:
+        first, second = (column_letter(i) for i in found[:2])
+        msg = (
+            f"row 1, column {second} ({header[found[1]]!r}): a second column for "
+            f"dimension {name!r} (the first is column {first}); each dimension "
+            "has one score column: delete the extra column, or rename it if it "
+            "holds notes"
+        )
+        raise InputError(msg, path=label)
+    return found[0] if found else None
 
 
 def _human_rows(
-    path: Path, key: AuditKey, cells: list[_Cell]
+    label: str, key: AuditKey, cells: list[_Cell]
 ) -> list[tuple[str, str, str, str]]:
     """The scored questions' rows; a question scored in part is an error."""
     by_question: dict[int, list[_Cell]] = {}
@@ -273,7 +370,7 @@ def _human_rows(
                 "score a question in full (every answer, every dimension) or "
                 "clear all of its cells"
             )
-            raise InputError(msg, path=str(path))
+            raise InputError(msg, path=label)
         order = {r.row: i for i, r in enumerate(key.rows)}
         dims = {d.name: i for i, d in enumerate(key.dimensions)}
         for c in sorted(group, key=lambda c: (order[c.row.row], dims[c.dimension])):
@@ -286,7 +383,7 @@ def _human_rows(
             "no question is scored: every score cell is empty; fill the sheet "
             "(a question in full: every answer, every dimension) and import again"
         )
-        raise InputError(msg, path=str(path))
+        raise InputError(msg, path=label)
     return rows
 
 

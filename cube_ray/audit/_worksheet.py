@@ -1,4 +1,8 @@
-"""``cube-ray audit RUN_DIR --size m``: the worksheet, its key and its rubrics."""
+"""``cube-ray audit RUN_DIR --size m``: the worksheet, its key and its rubrics.
+
+The worksheet is a CSV (UTF-8 with BOM) and, when ``openpyxl`` is installed,
+the same rows as an ``.xlsx`` (:mod:`cube_ray.audit._xlsx`).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from cube_ray.audit._draw import (
     shuffled_sets,
 )
 from cube_ray.audit._key import AuditKey, KeyDimension, KeyRow, write_atomic
+from cube_ray.audit._xlsx import EXTRA, have_openpyxl, write_xlsx
 from cube_ray.errors import InputError
 from cube_ray.sample import STRATUM, load_strata, read_sample
 
@@ -41,6 +46,8 @@ ROW = "row"
 TEXT_COLUMNS = (ROW, "question no.", "question", "gold document", "answer")
 """The worksheet's columns before the score columns."""
 NO_ANSWER = "(no answer: the system returned nothing)"
+_WRAPPED = ("question", "gold document", "answer")
+"""The long text columns, wrapped in the workbook."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,10 @@ class Worksheet:
     audit: AuditKey
     rubric_source: str
     """Where the rubrics came from (the run's config, or packaged defaults)."""
+    xlsx: Path | None = None
+    """The same sheet as an Excel workbook; None without ``openpyxl``."""
+    xlsx_note: str | None = None
+    """Why no workbook was written, and how to get one."""
 
 
 def sheet_paths(out_dir: Path, size: int) -> tuple[Path, Path, Path]:
@@ -74,6 +85,9 @@ def write_worksheet(
 ) -> Worksheet:
     """Draw the audit sample and write its worksheet, key and rubrics.
 
+    The worksheet is a CSV and, when ``openpyxl`` is installed, the same rows
+    as an ``.xlsx`` beside it (:attr:`Worksheet.xlsx_note` says why not).
+
     Args:
         run_dir: The run directory (``answers/``, ``questions/``,
             ``documents/``; ``sample/`` when the run is sampled).
@@ -90,12 +104,13 @@ def write_worksheet(
         raise InputError(msg, path=str(root))
     out = Path(out_dir) if out_dir is not None else root / AUDIT_DIR
     paths = sheet_paths(out, size)
-    for path in paths:
+    xlsx = paths[0].with_suffix(".xlsx")
+    for path in (*paths, xlsx):
         if path.exists():
             msg = (
                 "exists already (it may hold a rater's scores); refusing to "
-                "overwrite it. Move it (and its .key.json and .rubrics.txt) "
-                "away, or write this sheet elsewhere with --out DIR"
+                "overwrite it. Move it (and its .csv, .xlsx, .key.json and "
+                ".rubrics.txt) away, or write this sheet elsewhere with --out DIR"
             )
             raise InputError(msg, path=str(path))
     state = read_sample(root)
@@ -117,9 +132,7 @@ def write_worksheet(
         .rows_by_key(schema.QUESTION_ID, unique=True)
     )
     header = [*TEXT_COLUMNS, *(d.column for d in dims)]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(header)
+    table: list[list[str]] = [header]
     rows: list[KeyRow] = []
     for q_no, unit in enumerate(drawn.iter_rows(named=True), start=1):
         qid = unit[schema.QUESTION_ID]
@@ -130,7 +143,7 @@ def write_worksheet(
         ):
             rid = row_id(q_no, a_no)
             answer = texts.get((qid, system)) or NO_ANSWER
-            writer.writerow(
+            table.append(
                 [
                     rid,
                     f"Q{q_no:03d}",
@@ -170,16 +183,39 @@ def write_worksheet(
         dimensions=dims,
         rows=rows,
     )
+    note = None
+    if have_openpyxl():
+        write_xlsx(
+            xlsx,
+            table,
+            wrap=[TEXT_COLUMNS.index(c) for c in _WRAPPED],
+            scores=range(len(TEXT_COLUMNS), len(header)),
+            rubrics=[
+                (name, dim.column, text)
+                for (name, text), dim in zip(rubrics, dims, strict=True)
+            ],
+            instructions=_instructions(key, source, xlsx=True),
+        )
+    else:
+        note = (
+            f"XLSX not written: the Python package 'openpyxl' is not installed "
+            f"(pip install 'cube-ray[{EXTRA}]', or pip install openpyxl); the "
+            "CSV opens in any spreadsheet"
+        )
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(table)
     # Excel reads a CSV as UTF-8 only when it starts with a byte-order mark.
     write_atomic(paths[0], buffer.getvalue(), encoding="utf-8-sig")
     key.write(paths[1])
-    write_atomic(paths[2], _rubrics_text(key, rubrics, source))
+    write_atomic(paths[2], _rubrics_text(key, rubrics, source, xlsx=note is None))
     return Worksheet(
         sheet=paths[0],
         key=paths[1],
         rubrics=paths[2],
         audit=key,
         rubric_source=source,
+        xlsx=None if note else xlsx,
+        xlsx_note=note,
     )
 
 
@@ -334,12 +370,17 @@ def _default_rubrics(
     return rubrics, source
 
 
-def _rubrics_text(
-    key: AuditKey, rubrics: Sequence[tuple[str, str]], source: str
-) -> str:
-    """The scorer's instructions and every rubric in full."""
-    lines = [
-        f"Audit worksheet {key.sheet}: {key.questions} questions, "
+def _instructions(key: AuditKey, source: str, *, xlsx: bool) -> list[str]:
+    """How to score, as the rubrics file and the workbook's rubrics sheet open."""
+    workbook = Path(key.sheet).with_suffix(".xlsx").name
+    sheets = f"{key.sheet} (and {workbook}: the same rows)" if xlsx else key.sheet
+    save = (
+        "Keep the workbook as .xlsx, or save the sheet as CSV UTF-8."
+        if xlsx
+        else "Save the sheet as CSV UTF-8."
+    )
+    return [
+        f"Audit worksheet {sheets}: {key.questions} questions, "
         f"{len(key.rows)} answers to score.",
         "",
         "How to score: each row is one answer to a citizen's question. Read the",
@@ -348,10 +389,18 @@ def _rubrics_text(
         "rubric says. The answers of one question come in a random order; their",
         "origin is not shown on purpose: score each on its own merits.",
         "Score a question in full (every answer, every dimension) or leave all",
-        "of its cells empty; do not change the row ids; save as CSV UTF-8.",
+        "of its cells empty; do not change the row ids.",
+        save,
         "",
         f"Rubrics: {source}.",
     ]
+
+
+def _rubrics_text(
+    key: AuditKey, rubrics: Sequence[tuple[str, str]], source: str, *, xlsx: bool
+) -> str:
+    """The scorer's instructions and every rubric in full."""
+    lines = _instructions(key, source, xlsx=xlsx)
     for (name, text), dim in zip(rubrics, key.dimensions, strict=True):
         lines += [
             "",

@@ -1,4 +1,4 @@
-"""``cube-ray audit RUN_DIR (--size m | --import FILLED.csv)``: the human audit."""
+"""``cube-ray audit RUN_DIR (--size m | --import FILLED)``: the human audit."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ def register(subparsers: Any) -> None:
             "every smaller sample; within the run's strata when it is sampled) "
             "and write audit-<m>.csv (UTF-8 with BOM: one row per answer, the "
             "answer sets shuffled and unnamed, one empty 0-10 column per "
-            "dimension), audit-<m>.key.json (which question and set each row "
-            "is: not for the rater) and audit-<m>.rubrics.txt. --import "
-            "FILLED.csv: check every cell and write human.csv for `cube-ray "
-            "report --human` (CUBE_METHOD.md section 13)."
+            "dimension), the same sheet as audit-<m>.xlsx when openpyxl is "
+            "installed (the report extra), audit-<m>.key.json (which question "
+            "and set each row is: not for the rater) and audit-<m>.rubrics.txt. "
+            "--import FILLED.csv or FILLED.xlsx: check every cell and write "
+            "human.csv for `cube-ray report --human` (CUBE_METHOD.md section 13)."
         ),
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory")
@@ -32,8 +33,8 @@ def register(subparsers: Any) -> None:
     what.add_argument(
         "--import",
         dest="filled",
-        metavar="FILLED.csv",
-        help="a filled worksheet to check and turn into human.csv",
+        metavar="FILLED",
+        help="a filled worksheet (.csv or .xlsx) to check and turn into human.csv",
     )
     p.add_argument(
         "--out", metavar="DIR", help="where to write (default: RUN_DIR/audit)"
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.filled is None:
         if args.key is not None:
-            raise ConfigError("--key goes with --import FILLED.csv, not --size")
+            raise ConfigError("--key goes with --import FILLED, not --size")
         return _draw(args)
     if args.seed is not None:
         msg = "--seed goes with --size (the draw); --import reads the sheet's key"
@@ -93,6 +94,10 @@ def _draw(args: argparse.Namespace) -> int:
     )
     print(f"rubrics: {sheet.rubric_source}")
     print(f"{sheet.sheet}  (the worksheet: give this to the rater)")
+    if sheet.xlsx is not None:
+        print(f"{sheet.xlsx}  (the same worksheet for Excel: or give this)")
+    else:
+        print(sheet.xlsx_note)
     print(f"{sheet.rubrics}  (the rubrics: give this too)")
     print(f"{sheet.key}  (the key: keep it from the rater)")
     return 0

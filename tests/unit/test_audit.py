@@ -342,6 +342,10 @@ def _set(row: int, col: int, value: str):  # type: ignore[no-untyped-def]
         (lambda r: r.pop(5), "'Q002-A2' (question Q002)", "missing from the sheet"),
         (lambda r: [x.pop(6) for x in r], "missing column 'quality", "(dimension"),
         (lambda r: [x.pop(0) for x in r], "missing column 'row'", "header (row 1)"),
+        (lambda r: [x.append(x[5]) for x in r], "row 1, column H ('relevance",
+         "a second column for dimension 'relevance' (the first is column F)"),
+        (lambda r: r[3].append("7"), "row 4, column H (no heading)",
+         "'7' is in a column without a heading"),
         (lambda r: [x.__setitem__(slice(5, 7), ["", ""]) for x in r[1:]],
          "no question is scored", "every score cell is empty"),
     ],
@@ -428,3 +432,235 @@ def test_a_config_that_no_longer_validates_falls_back_and_says_why(
     assert [d.name for d in sheet.audit.dimensions] == list(DIMS)
     assert sheet.rubric_source.startswith("the packaged zh rubrics (the config in ")
     assert "not usable here" in sheet.rubric_source
+
+
+# --- the workbook (.xlsx) -----------------------------------------------------
+
+
+def _workbook_rows(path: Path) -> list[list[str]]:
+    openpyxl = pytest.importorskip("openpyxl")
+    sheet = openpyxl.load_workbook(path)["audit"]
+    return [
+        ["" if v is None else v for v in r] for r in sheet.iter_rows(values_only=True)
+    ]
+
+
+def test_workbook_holds_the_csv_rows_and_a_raters_aids(tmp_path: Path) -> None:
+    openpyxl = pytest.importorskip("openpyxl")
+    run = make_run(tmp_path / "run", n=6)
+    answers = pl.read_parquet(run / "answers" / "part-00000.parquet")
+    answers.with_columns(
+        pl.when(pl.col("system") == "rag@bm25")
+        .then(pl.lit('=HYPERLINK("http://evil","点击")\x07 回答'))
+        .otherwise(pl.col("answer"))
+        .alias("answer")
+    ).write_parquet(run / "answers" / "part-00000.parquet")
+    sheet = write_worksheet(run, size=4)
+    assert sheet.xlsx == run / "audit" / "audit-4.xlsx"
+    assert sheet.xlsx_note is None
+    csv_rows = rows_of(sheet.sheet)
+    # cell for cell the CSV's, but for the control character XML cannot hold
+    expected = [[c.replace("\x07", "") for c in r] for r in csv_rows]
+    assert _workbook_rows(sheet.xlsx) == expected
+    assert any('点击")\x07 回答' in r[4] for r in csv_rows)
+
+    book = openpyxl.load_workbook(sheet.xlsx)
+    assert book.sheetnames == ["audit", "rubrics"]
+    ws = book["audit"]
+    assert ws.freeze_panes == "A2"
+    n = len(csv_rows)
+    assert ws.max_row == n
+    # the answer that looks like a formula stays text
+    cells = [ws.cell(row=r, column=5) for r in range(2, n + 1)]
+    assert all(c.data_type == "s" for c in cells)
+    assert any(str(c.value).startswith("'=HYPERLINK") for c in cells)
+    # question, gold document and answer wrap; the ids do not
+    for letter in "CDE":
+        assert ws[f"{letter}2"].alignment.wrap_text, letter
+    assert not ws["A2"].alignment.wrap_text
+    # widths fit the content: the ids narrow, the documents wider, capped
+    widths = {k: ws.column_dimensions[k].width for k in "ABCDEFG"}
+    assert widths["A"] == len("Q001-A1") + 2
+    longest = max(
+        len(line) + sum(1 for ch in line if ord(ch) > 0x2E80)
+        for r in csv_rows[1:]
+        for line in r[3].splitlines()
+    )
+    assert widths["D"] == longest + 2
+    assert widths["E"] <= 60
+    assert 6 <= widths["F"] <= 28
+    # every score cell: 0-10, whole or decimal, empty allowed
+    (check,) = ws.data_validations.dataValidation
+    assert (check.type, check.operator, check.formula1, check.formula2) == (
+        "decimal", "between", "0", "10",
+    )  # fmt: skip
+    assert check.allow_blank
+    assert check.showErrorMessage
+    assert check.errorStyle == "stop"
+    assert str(check.sqref) == f"F2:F{n} G2:G{n}"
+    # the rubric: the heading's short form, in full in its comment and sheet 2
+    rubric = default_rubric("relevance", "zh")
+    assert ws["F1"].value == sheet.audit.dimensions[0].column
+    assert rubric in ws["F1"].comment.text
+    rubrics = list(book["rubrics"].iter_rows(values_only=True))
+    assert ("relevance", sheet.audit.dimensions[0].column, rubric) in rubrics
+    assert (
+        "quality",
+        sheet.audit.dimensions[1].column,
+        default_rubric("quality", "zh"),
+    ) in rubrics
+    assert "Keep the workbook as .xlsx" in sheet.rubrics.read_text(encoding="utf-8")
+
+
+def _fill_workbook(path: Path, out: Path, values: dict[str, object]) -> Path:
+    """Write cells (``"F3": 7``) into a copy of a workbook, as a rater's Excel does."""
+    openpyxl = pytest.importorskip("openpyxl")
+    book = openpyxl.load_workbook(path)
+    for ref, value in values.items():
+        book["audit"][ref] = value
+    book.save(out)
+    return out
+
+
+def test_a_filled_workbook_imports_as_its_csv_does(tmp_path: Path) -> None:
+    pytest.importorskip("openpyxl")
+    run = make_run(tmp_path / "run", n=8)
+    write_worksheet(run, size=2)  # a second, smaller sheet: two keys to choose from
+    sheet = write_worksheet(run, size=4)
+    assert sheet.xlsx is not None
+    rows = rows_of(sheet.sheet)
+    # three questions scored (numbers, a decimal, a number typed as text), one left
+    typed: dict[str, object] = {}
+    filled = [rows[0]]
+    for i, row in enumerate(rows[1:], start=2):
+        scores: list[object] = ["", ""]
+        if i <= 1 + 3 * 3:
+            scores = [i % 11, 7.5 if i == 4 else "8"]
+            typed |= {f"F{i}": scores[0], f"G{i}": scores[1]}
+        filled.append([*row[:5], *map(str, scores)])
+    from_csv = import_sheet(
+        save(tmp_path / "f.csv", filled), run_dir=run, out_dir=tmp_path / "c"
+    )
+    workbook = _fill_workbook(sheet.xlsx, tmp_path / "filled.xlsx", typed)
+    from_xlsx = import_sheet(workbook, run_dir=run, out_dir=tmp_path / "x")
+    assert from_xlsx.key == sheet.key  # the key whose row count fits
+    assert (from_xlsx.scored, from_xlsx.empty, from_xlsx.scores) == (3, 1, 18)
+    assert from_xlsx.path.read_bytes() == from_csv.path.read_bytes()
+    human = read_human_ratings(from_xlsx.path)
+    assert 7.5 in human["score"].to_list()
+
+
+def _merge(*cells: str):  # type: ignore[no-untyped-def]
+    def edit(book: object) -> None:
+        book["audit"]["F3"] = 5  # type: ignore[index]
+        book["audit"].merge_cells(":".join(cells))  # type: ignore[index]
+
+    return edit
+
+
+def _copy_column(source: str, target: str):  # type: ignore[no-untyped-def]
+    def edit(book: object) -> None:
+        sheet = book["audit"]  # type: ignore[index]
+        for r in range(1, sheet.max_row + 1):
+            sheet[f"{target}{r}"] = sheet[f"{source}{r}"].value
+
+    return edit
+
+
+def _put(**cells: object):  # type: ignore[no-untyped-def]
+    def edit(book: object) -> None:
+        for ref, value in cells.items():
+            book["audit"][ref] = value  # type: ignore[index]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "what"),
+    [
+        (_put(F3="seven"), "row 3, column F ('relevance", "'seven' is not a number"),
+        (_put(G5=11), "row 5, column G ('quality", "11 is outside 0-10"),
+        (_put(G5=-1), "row 5, column G ('quality", "-1 is outside 0-10"),
+        (_put(G5=10.5), "row 5, column G ('quality", "10.5 is outside 0-10"),
+        (_put(F4=True), "row 4, column F ('relevance", "'TRUE' is not a number"),
+        (_merge("F3", "G3"), "row 3, column F ('relevance",
+         "merged with other cells (F3:G3)"),
+        (_merge("A3", "A4"), "row 3, column A ('row')",
+         "merged with other cells (A3:A4)"),
+        (_copy_column("F", "H"), "row 1, column H ('relevance",
+         "a second column for dimension 'relevance' (the first is column F)"),
+        (_put(I6=7), "row 6, column I (no heading)", "'7' is in a column without"),
+        (_put(A7="Q009-A1"), "row 7, column A ('row')", "'Q009-A1' is not a row id"),
+    ],
+)  # fmt: skip
+def test_every_bad_cell_of_a_workbook_is_one_clear_error(
+    drawn: tuple[Path, AuditKey, list[list[str]]],
+    tmp_path: Path,
+    edit: object,
+    where: str,
+    what: str,
+) -> None:
+    openpyxl = pytest.importorskip("openpyxl")
+    run, _, _ = drawn
+    book = openpyxl.load_workbook(run / "audit" / "audit-4.xlsx")
+    for r in range(2, book["audit"].max_row + 1):  # every question scored 5
+        book["audit"][f"F{r}"] = book["audit"][f"G{r}"] = 5
+    edit(book)  # type: ignore[operator]
+    path = tmp_path / "filled.xlsx"
+    book.save(path)
+    with pytest.raises(InputError) as err:
+        import_sheet(path, run_dir=run)
+    message = str(err.value)
+    assert message.startswith(f"file {path}, sheet 'audit': "), message
+    assert where in message, message
+    assert what in message, message
+    assert not (run / "audit" / "human.csv").exists()  # nothing written
+
+
+def test_a_file_that_is_no_workbook_is_named(
+    drawn: tuple[Path, AuditKey, list[list[str]]], tmp_path: Path
+) -> None:
+    pytest.importorskip("openpyxl")
+    run, _, filled = drawn
+    path = save(tmp_path / "filled.xlsx", filled)  # a CSV given an .xlsx name
+    with pytest.raises(InputError, match=r"filled\.xlsx: not a readable Excel work"):
+        import_sheet(path, run_dir=run)
+    legacy = tmp_path / "filled.xls"
+    legacy.write_bytes(b"\xd0\xcf\x11\xe0")
+    with pytest.raises(InputError, match=r"filled\.xls: .*\(\.xls\) cannot be read"):
+        import_sheet(legacy, run_dir=run)
+
+
+def test_without_openpyxl_the_csv_is_written_and_a_workbook_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "openpyxl", None)  # import openpyxl fails
+    run = make_run(tmp_path / "run", n=5)
+    sheet = write_worksheet(run, size=3)
+    assert sheet.xlsx is None
+    assert sheet.xlsx_note is not None
+    assert "pip install 'cube-ray[report]'" in sheet.xlsx_note
+    assert {p.name for p in (run / "audit").iterdir()} == {
+        "audit-3.csv", "audit-3.key.json", "audit-3.rubrics.txt",
+    }  # fmt: skip
+    text = sheet.rubrics.read_text(encoding="utf-8")
+    assert "Save the sheet as CSV UTF-8." in text
+    assert ".xlsx" not in text
+    workbook = tmp_path / "filled.xlsx"
+    workbook.write_bytes(b"PK\x03\x04 a workbook")
+    with pytest.raises(InputError) as err:
+        import_sheet(workbook, run_dir=run, key_path=sheet.key)
+    assert str(err.value).startswith(f"file {workbook}: an .xlsx sheet needs"), err
+    assert "pip install 'cube-ray[report]'" in str(err.value)
+    assert "save the sheet as CSV UTF-8" in str(err.value)
+    assert not (run / "audit" / "human.csv").exists()
+
+
+def test_an_existing_workbook_is_never_overwritten(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", n=5)
+    (run / "audit").mkdir()
+    (run / "audit" / "audit-3.xlsx").write_bytes(b"a rater's work")
+    with pytest.raises(InputError, match=r"audit-3\.xlsx.*refusing to overwrite"):
+        write_worksheet(run, size=3)
+    assert (run / "audit" / "audit-3.xlsx").read_bytes() == b"a rater's work"
+    assert not (run / "audit" / "audit-3.csv").exists()

@@ -1,0 +1,297 @@
+"""The worksheet as an Excel workbook (``openpyxl``, the ``report`` extra).
+
+The ``.xlsx`` holds the CSV's rows and columns, cell for cell, with what a CSV
+cannot carry: a frozen header row, wrapped question, document and answer
+cells, column widths fit to their content, a 0-10 data validation on every
+score cell, each dimension's full rubric as its heading's comment and a second
+sheet ``rubrics``. ``openpyxl`` is imported here only, and only when a
+workbook is written or read: without it the CSV alone is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+import unicodedata
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cube_ray.errors import InputError
+
+__all__ = [
+    "EXTRA",
+    "SHEET",
+    "SheetCells",
+    "cell_text",
+    "display_width",
+    "fit_width",
+    "have_openpyxl",
+    "is_workbook",
+    "read_xlsx",
+    "write_xlsx",
+]
+
+EXTRA = "report"
+"""The cube-ray extra that installs ``openpyxl``."""
+SHEET = "audit"
+"""The worksheet's sheet name (the rubrics are on the sheet ``rubrics``)."""
+_ZIP_MAGIC = b"PK\x03\x04"
+_TEXT_WIDTH = 60
+"""Widest a wrapped text column gets (characters; CJK characters count 2)."""
+_SCORE_WIDTH = 28
+"""Widest a score column gets: its long heading wraps instead."""
+_ILLEGAL = {c: None for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20)]}
+"""Control characters XML 1.0 (so an .xlsx) cannot hold; dropped from cells."""
+
+
+def have_openpyxl() -> bool:
+    """Whether ``openpyxl`` imports (the ``report`` extra is installed)."""
+    try:
+        import openpyxl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def is_workbook(path: Path) -> bool:
+    """Whether a file is an Excel workbook: its suffix, or a zip file's magic.
+
+    A workbook saved under a ``.csv`` name is still read as a workbook.
+    """
+    if path.suffix.lower() in (".xlsx", ".xlsm"):
+        return True
+    try:
+        with path.open("rb") as fh:
+            return fh.read(4) == _ZIP_MAGIC
+    except OSError:
+        return False
+
+
+def display_width(text: str) -> int:
+    """Columns a line takes on screen: wide (CJK) characters count 2.
+
+    >>> display_width("answer"), display_width("回答 7"), display_width("")
+    (6, 6, 0)
+    """
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def fit_width(texts: Sequence[str], *, cap: int, least: int = 6) -> int:
+    r"""A column's width: its widest line plus a margin, within ``least..cap``.
+
+    >>> fit_width(["Q001-A1", "row"], cap=60)
+    9
+    >>> fit_width(["事项名称: 居民身份证换领\n办理时限: 20 个工作日"], cap=60)
+    26
+    >>> fit_width(["x" * 500], cap=60), fit_width([], cap=60)
+    (60, 6)
+    """
+    widest = max(
+        (display_width(line) for t in texts for line in t.splitlines()), default=0
+    )
+    return max(least, min(cap, widest + 2))
+
+
+def cell_text(value: object) -> str:
+    """A cell's value as the text a CSV cell would hold.
+
+    Numbers print as typed (``7``, ``7.5``), so that the score checks and their
+    messages are the CSV's; a date is shown as one, and is not a score.
+
+    >>> cell_text(None), cell_text(7), cell_text(7.0), cell_text(7.5)
+    ('', '7', '7', '7.5')
+    >>> cell_text(True), cell_text(" 8 "), cell_text(dt.date(2025, 7, 10))
+    ('TRUE', ' 8 ', '2025-07-10')
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, dt.datetime) and value.time() == dt.time(0):
+        return value.date().isoformat()
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class SheetCells:
+    """A workbook's sheet as text rows, and what a CSV cannot have."""
+
+    label: str
+    """The file and the sheet, as error messages name them."""
+    rows: list[list[str]]
+    """Every row from row 1, each cell as :func:`cell_text` writes it."""
+    merged: list[tuple[str, int, int, int, int]]
+    """Merged ranges: ``(A1 range, first row, first col, last row, last col)``,
+    rows 1-based, columns 0-based."""
+
+
+def write_xlsx(
+    path: Path,
+    table: Sequence[Sequence[str]],
+    *,
+    wrap: Sequence[int],
+    scores: Sequence[int],
+    rubrics: Sequence[tuple[str, str, str]],
+    instructions: Sequence[str],
+) -> None:
+    """Write the worksheet as an ``.xlsx``, atomically.
+
+    Args:
+        path: The workbook to write.
+        table: The header and the rows, as the CSV holds them.
+        wrap: 0-based columns of long text, wrapped.
+        scores: 0-based score columns (validated 0-10 or empty).
+        rubrics: ``(dimension, score column heading, full rubric)`` per score
+            column, in the order of ``scores``.
+        instructions: The lines of the rubrics file before the rubrics.
+
+    Raises:
+        ImportError: ``openpyxl`` is not installed.
+    """
+    from openpyxl import Workbook
+    from openpyxl.comments import Comment
+    from openpyxl.styles import Alignment, Font
+    from openpyxl.utils import get_column_letter
+    from openpyxl.worksheet.datavalidation import DataValidation
+
+    book = Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.title = SHEET
+    top = Alignment(vertical="top")
+    wrapped = Alignment(wrap_text=True, vertical="top")
+    bold = Font(bold=True)
+    for r, values in enumerate(table, start=1):
+        for c, value in enumerate(values):
+            cell = _put(sheet, r, c + 1, value)
+            cell.alignment = wrapped if r == 1 or c in wrap else top
+            if r == 1:
+                cell.font = bold
+    n_rows = len(table)
+    for c in range(len(table[0])):
+        texts = [row[c] for row in table[1:]]
+        if c in scores:
+            width = fit_width([*texts, *table[0][c].split()], cap=_SCORE_WIDTH)
+        else:
+            width = fit_width([*texts, table[0][c]], cap=_TEXT_WIDTH)
+        sheet.column_dimensions[get_column_letter(c + 1)].width = width
+    for c, (name, heading, rubric) in zip(scores, rubrics, strict=True):
+        comment = Comment(f"{heading}\n\n{rubric or name}", "cube-ray")
+        comment.width, comment.height = 420, 300
+        sheet.cell(row=1, column=c + 1).comment = comment
+    if scores and n_rows > 1:
+        check = DataValidation(
+            type="decimal",
+            operator="between",
+            formula1="0",
+            formula2="10",
+            allow_blank=True,
+            showErrorMessage=True,
+            errorStyle="stop",
+            errorTitle="A score is 0 to 10",
+            error="Enter a score from 0 to 10 (decimals allowed), or leave the "
+            "cell empty.",
+            showInputMessage=True,
+            promptTitle="Score 0-10",
+            prompt="0 to 10 as the rubric says (the heading's comment and the "
+            "sheet 'rubrics'); empty: not scored.",
+        )
+        sheet.add_data_validation(check)
+        for c in scores:
+            letter = get_column_letter(c + 1)
+            check.add(f"{letter}2:{letter}{n_rows}")
+    sheet.freeze_panes = "A2"
+    sheet.auto_filter.ref = sheet.dimensions
+
+    notes = book.create_sheet("rubrics")
+    for r, line in enumerate(instructions, start=1):
+        _put(notes, r, 1, line)
+    first = len(instructions) + 2
+    for c, heading in enumerate(("dimension", "score column", "rubric"), start=1):
+        _put(notes, first, c, heading).font = bold
+    for r, row in enumerate(rubrics, start=first + 1):
+        for c, value in enumerate(row, start=1):
+            _put(notes, r, c, value).alignment = wrapped
+    for letter, width in zip("ABC", (16, 40, 90), strict=True):
+        notes.column_dimensions[letter].width = width
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            book.save(fh)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _put(sheet: Any, row: int, column: int, value: str) -> Any:
+    """Set a text cell; text is never a formula (a leading ``=`` included)."""
+    cell = sheet.cell(row=row, column=column)
+    cell.value = value.translate(_ILLEGAL)
+    cell.data_type = "s"
+    return cell
+
+
+def read_xlsx(path: Path) -> SheetCells:
+    """The audit sheet of a workbook, as text rows.
+
+    The sheet ``audit``, else the first with a ``row`` heading in row 1, else
+    the first sheet. Formulas count by the value the spreadsheet last computed.
+
+    Raises:
+        InputError: ``openpyxl`` is not installed, or the file is not a
+            readable workbook.
+    """
+    from cube_ray.audit._worksheet import ROW
+
+    try:
+        import openpyxl
+    except ImportError:
+        msg = (
+            "an .xlsx sheet needs the Python package 'openpyxl' to be read, which "
+            f"is not installed; install it with pip install 'cube-ray[{EXTRA}]' "
+            "(or pip install openpyxl), or save the sheet as CSV UTF-8 and "
+            "import that"
+        )
+        raise InputError(msg, path=str(path)) from None
+    try:
+        with warnings.catch_warnings():
+            # Workbooks saved by Excel carry extensions openpyxl warns about
+            # and drops (slicers, conditional formats): nothing the import reads.
+            warnings.simplefilter("ignore")
+            book = openpyxl.load_workbook(path, data_only=True)
+    except Exception as exc:  # zip, XML and openpyxl's own errors alike
+        msg = (
+            f"not a readable Excel workbook ({type(exc).__name__}: {exc}); save "
+            "it again as 'Excel Workbook (.xlsx)' or as CSV UTF-8, then import it"
+        )
+        raise InputError(msg, path=str(path)) from None
+    sheets = book.worksheets
+    chosen = next((s for s in sheets if s.title == SHEET), None)
+    if chosen is None:
+        chosen = next(
+            (s for s in sheets if ROW in (cell_text(c.value).strip() for c in s[1])),
+            sheets[0],
+        )
+    rows = [
+        [cell_text(v) for v in values]
+        for values in chosen.iter_rows(min_row=1, values_only=True)
+    ]
+    merged = [
+        (m.coord, m.min_row, m.min_col - 1, m.max_row, m.max_col - 1)
+        for m in chosen.merged_cells.ranges
+    ]
+    book.close()
+    return SheetCells(label=f"{path}, sheet {chosen.title!r}", rows=rows, merged=merged)
