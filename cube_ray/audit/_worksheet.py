@@ -105,7 +105,7 @@ def write_worksheet(
     out = Path(out_dir) if out_dir is not None else root / AUDIT_DIR
     paths = sheet_paths(out, size)
     xlsx = paths[0].with_suffix(".xlsx")
-    for path in (*paths, xlsx):
+    for path in (paths[0], xlsx, *paths[1:]):  # a sheet first: it may hold scores
         if path.exists():
             msg = (
                 "exists already (it may hold a rater's scores); refusing to "

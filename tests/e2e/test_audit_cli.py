@@ -22,12 +22,14 @@ import polars as pl
 import pytest
 
 from cube_ray.audit import AuditKey
+from cube_ray.audit._xlsx import have_openpyxl
 from cube_ray.sample import SampleState, sample_block, sample_order, write_sample
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 WORKED = SHARED / "examples" / "worked"
 RECORDS = SHARED / "data" / "guangdong_service_items" / "records.jsonl"
 POPULATION, SAMPLE, SEED = 200, 120, 11
+HAVE_OPENPYXL = have_openpyxl()
 
 pytestmark = pytest.mark.skipif(
     not (RECORDS.is_file() and (WORKED / "answers.parquet").is_file()),
@@ -143,8 +145,9 @@ def test_draw_fill_import(run_dir: Path, tmp_path: Path) -> None:
     folder = run_dir / "audit"
     sheet = folder / "audit-12.csv"
     assert sheet.read_bytes().startswith(b"\xef\xbb\xbf")
+    workbook = ["audit-12.xlsx"] if HAVE_OPENPYXL else []
     assert {p.name for p in folder.iterdir()} == {
-        "audit-12.csv", "audit-12.key.json", "audit-12.rubrics.txt",
+        "audit-12.csv", "audit-12.key.json", "audit-12.rubrics.txt", *workbook,
     }  # fmt: skip
     key = AuditKey.read(folder / "audit-12.key.json")
     rows = read_sheet(sheet)
@@ -280,3 +283,89 @@ def test_nested_and_stratified(run_dir: Path, tmp_path: Path) -> None:
         "audit-10.key.json names question", "drawn from another run dir",
     )  # fmt: skip
     assert not (tmp_path / "o2").exists()
+
+
+@pytest.mark.skipif(not HAVE_OPENPYXL, reason="openpyxl (the report extra) is missing")
+def test_workbook_draw_fill_import(run_dir: Path, tmp_path: Path) -> None:
+    import openpyxl
+
+    out = tmp_path / "audit"
+    result = cube_ray("audit", run_dir, "--size", 12, "--out", out)
+    assert result.returncode == 0, result.stderr
+    workbook = out / "audit-12.xlsx"
+    assert f"{workbook}  (the same worksheet for Excel" in result.stdout
+    rows = read_sheet(out / "audit-12.csv")
+    book = openpyxl.load_workbook(workbook)
+    sheet = book["audit"]
+    # the CSV's cells, Chinese text intact
+    got = [
+        ["" if v is None else v for v in r] for r in sheet.iter_rows(values_only=True)
+    ]
+    assert got == rows
+    docs = pl.read_parquet(run_dir / "documents" / "part-00000.parquet")
+    texts = set(docs["text"])
+    assert all(r[3] in texts for r in got[1:])
+    assert any("广东省" in r[3] for r in got[1:])
+    assert sheet.freeze_panes == "A2"
+    assert str(sheet.data_validations.dataValidation[0].sqref) == " ".join(
+        f"{c}2:{c}{len(rows)}" for c in "FGHI"
+    )
+    assert "评分标准：完整性" in sheet["H1"].comment.text
+
+    # a rater scores the first 8 questions in Excel (numbers), leaves 4 empty
+    filled = [rows[0]]
+    for i, row in enumerate(rows[1:]):
+        scores = [(i + d) % 11 for d in range(4)] if i < 8 * 4 else []
+        for d, score in enumerate(scores):
+            sheet.cell(row=i + 2, column=6 + d, value=score)
+        filled.append([*row[:5], *(map(str, scores) if scores else [""] * 4)])
+    done = tmp_path / "filled.xlsx"
+    book.save(done)
+    write_sheet(tmp_path / "filled.csv", filled)
+    key = out / "audit-12.key.json"
+    result = cube_ray("audit", run_dir, "--import", done, "--key", key, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "imported 8 scored questions (4 left empty), 128 scores" in result.stdout
+    result = cube_ray(
+        "audit", run_dir, "--import", tmp_path / "filled.csv", "--key", key,
+        "--out", tmp_path / "from-csv",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    human = (out / "human.csv").read_bytes()
+    assert human == (tmp_path / "from-csv" / "human.csv").read_bytes()
+
+    # a bad cell: exit 2, the file, sheet, row and column named, human.csv kept
+    sheet["H6"] = "8分"
+    book.save(done)
+    bad(
+        cube_ray("audit", run_dir, "--import", done, "--key", key, "--out", out),
+        f"file {done}, sheet 'audit': row 6, column H ('completeness (0-10):",
+        "'8分' is not a number",
+    )
+    assert (out / "human.csv").read_bytes() == human
+
+
+def test_without_openpyxl(run_dir: Path, tmp_path: Path) -> None:
+    def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        code = (
+            "import sys\nsys.modules['openpyxl'] = None\n"
+            "from cube_ray.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+        )
+        return subprocess.run(
+            [sys.executable, "-c", code, *map(str, args)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    out = tmp_path / "audit"
+    result = cli("audit", run_dir, "--size", 3, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "XLSX not written" in result.stdout
+    assert "pip install 'cube-ray[report]'" in result.stdout
+    assert {p.suffix for p in out.iterdir()} == {".csv", ".json", ".txt"}
+    workbook = tmp_path / "filled.xlsx"
+    workbook.write_bytes(b"PK\x03\x04")
+    bad(
+        cli("audit", run_dir, "--import", workbook, "--out", out),
+        f"file {workbook}: an .xlsx sheet needs the Python package 'openpyxl'",
+    )
+    assert not (out / "human.csv").exists()
