@@ -1,8 +1,9 @@
 """The human audit of CUBE_METHOD.md section 13: draw, worksheet, import.
 
 ``cube-ray audit RUN_DIR --size m`` draws m questions (nested, within the run's
-strata) and writes a worksheet a person fills in a spreadsheet, its key (which
-question and set each row is) and the rubrics; ``--import FILLED.csv`` checks
+strata) and writes a worksheet a person fills in a spreadsheet (CSV, and the
+same as ``.xlsx`` when ``openpyxl`` is installed), its key (which question and
+set each row is) and the rubrics; ``--import FILLED`` (either format) checks
 every cell and writes the human file ``cube-ray report --human`` reads.
 """
 
