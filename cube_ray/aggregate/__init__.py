@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         rank_correlations,
         recall_curve,
     )
+    from cube_ray.aggregate._frames import CUBE
     from cube_ray.aggregate._intervals import (
         BootstrapResult,
         bootstrap_cube,
@@ -123,9 +124,6 @@ if TYPE_CHECKING:
         shared_questions,
     )
     from cube_ray.aggregate._paired_runs import RunsComparison, RunTables, compare_runs
-    from cube_ray.aggregate._parts import (
-        CUBE,
-    )
     from cube_ray.aggregate._qualification import (
         MISSES_FAULTS,
         TOO_FEW_FAULTS,
@@ -373,7 +371,7 @@ _HOME = {
     "Sample": "_model",
     "SampleStratum": "_model",
     "Qualification": "_model",
-    "CUBE": "_parts",
+    "CUBE": "_frames",
     "AggregateOptions": "_options",
     "BoundsOptions": "_options",
     "WeightsError": "_options",

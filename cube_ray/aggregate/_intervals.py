@@ -24,10 +24,10 @@ from cube_ray.aggregate._bootstrap import (
     FloatArray,
     evaluate_replicates,
 )
+from cube_ray.aggregate._frames import CUBE
 from cube_ray.aggregate._model import FigureInterval, Intervals, Summary, SystemInterval
 from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._paired import Replicates, compare_systems
-from cube_ray.aggregate._parts import CUBE
 from cube_ray.aggregate._resample import (
     DEFAULT_INTERVAL,
     Interval,

@@ -16,7 +16,7 @@ from cube_ray.aggregate import (
     AggregateOptions,
     Summary,
     WeightsError,
-    _parts,
+    _passes,
     cross_judge,
     pearson_weights,
     rank_scores,
@@ -82,7 +82,7 @@ def test_worked_example_every_figure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Both computation paths: score histograms, and one sort per group.
-    monkeypatch.setattr(_parts, "_HISTOGRAM_MAX_DISTINCT", 2048 if histograms else -1)
+    monkeypatch.setattr(_passes, "_HISTOGRAM_MAX_DISTINCT", 2048 if histograms else -1)
     answers, scores = worked
     out = summarize(answers, scores, options=AggregateOptions())
     expected = json.loads((WORKED / "expected_summary.json").read_text())
