@@ -45,7 +45,6 @@ if TYPE_CHECKING:
         FixedWeights,
         evaluate_replicates,
         fixed_judge_mean,
-        k_of,
     )
     from cube_ray.aggregate._calibrated import (
         CalibrationResult,
@@ -132,6 +131,7 @@ if TYPE_CHECKING:
         fault_misses,
         qualification_block,
     )
+    from cube_ray.aggregate._replicate_rows import k_of
     from cube_ray.aggregate._resample import (
         DEFAULT_INTERVAL,
         INTERVAL_METHODS,
@@ -298,7 +298,7 @@ _HOME = {
     "FixedWeights": "_bootstrap",
     "evaluate_replicates": "_bootstrap",
     "fixed_judge_mean": "_bootstrap",
-    "k_of": "_bootstrap",
+    "k_of": "_replicate_rows",
     "CalibrationResult": "_calibrated",
     "calibrate": "_calibrated",
     "calibrated_value": "_calibrated",

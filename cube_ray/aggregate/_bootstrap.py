@@ -16,23 +16,22 @@ resamples) reads any judge's, system's and replicate's figure directly. The
 judges are held fixed: the across-judge figure of a replicate averages the
 judges the headline used and is undefined when one of them is.
 
-Size: about 630 lines, one module on purpose: preparing the integer-coded rows,
-their histogram cells and the per-replicate figures share one group-code
-layout (``_g``) that splitting would spread over several files.
+The integer-coded rows, their histogram cells and the group-code layout
+(``_g``) they share are in :mod:`cube_ray.aggregate._replicate_rows`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
-from scipy import sparse
 
 from cube_ray import schema
+from cube_ray.aggregate._frames import MIN_SPAN
 from cube_ray.aggregate._math import (
     COUNT,
     FALLBACK,
@@ -43,11 +42,23 @@ from cube_ray.aggregate._math import (
     normalise,
     pearson,
     pearson_weights,
-    rank_scores,
     trimmed_means,
     weighted_totals,
 )
 from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._replicate_rows import (
+    DCODE,
+    GROUP,
+    JCODE,
+    REP,
+    SCODE,
+    SETCODE,
+    CodedTables,
+    blocks,
+    code_grid,
+    decode,
+    prepare,
+)
 from cube_ray.errors import ConfigError
 
 __all__ = [
@@ -55,7 +66,6 @@ __all__ = [
     "FixedWeights",
     "evaluate_replicates",
     "fixed_judge_mean",
-    "k_of",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -64,34 +74,6 @@ BoolArray = npt.NDArray[np.bool_]
 
 FixedWeights = Mapping[str, Mapping[str, Mapping[str, float | None]]]
 """``judge -> system -> dimension -> weight`` as recorded in ``summary.json``."""
-
-MIN_SPAN = 1e-9
-"""``full - zero`` at or below this makes a normalised value undefined (as in
-the summary)."""
-
-BLOCK_CELLS = 4_000_000
-"""Replicates are evaluated in blocks of at most about this many histogram
-cells (and question counts)."""
-
-_B, _Q, _G, _S, _J, _D, _SET, _FIG = "_b", "_q", "_g", "_s", "_j", "_d", "_set", "_f"
-_SETS = ("zero", "full", "rag")
-"""Set codes 0, 1, 2 of the trimmed-means frame."""
-
-
-def k_of(options: AggregateOptions, system: str) -> int:
-    """The retrieval depth of ``system`` under ``options``.
-
-    >>> k_of(AggregateOptions(k={"rag@a": 4}), "rag@a"), k_of(AggregateOptions(), "rag")
-    (4, 8)
-    """
-    if isinstance(options.k, int):
-        return options.k
-    if system not in options.k:
-        raise ConfigError(
-            f"k is given per system ({sorted(options.k)}) but not for {system!r}; "
-            "give one k per system under test, or a single k for all"
-        )
-    return int(options.k[system])
 
 
 def fixed_judge_mean(values: FloatArray, used: BoolArray) -> FloatArray:
@@ -151,206 +133,8 @@ class CubeReplicates:
         self.weighted_mean = fixed_judge_mean(self.normalized[..., -1], self.used)
 
 
-@dataclass
-class _Tables:
-    """The answers and scores as integer-keyed rows, prepared once."""
-
-    questions: pl.Series
-    """Question ids in resampling order (sorted); position = ``_q``."""
-    judges: list[str]
-    systems: list[str]
-    dimensions: list[str]
-    answers: pl.DataFrame
-    """``_q, _s, hit`` of the available answers of the systems under test."""
-    rag: pl.DataFrame
-    """``_q, _g, rank_score, score``; ``_g = (s * J + j) * D + d``."""
-    bounds: pl.DataFrame
-    """``_q, _g, score``; ``_g = ((s * 2 + set) * J + j) * D + d`` (``s = 0``
-    unless the bounds are paired)."""
-    cells: dict[str, _Cells] = field(default_factory=dict)
-    """Per table (``rag``, ``bounds``, ``answers``) its histogram cells."""
-
-
-@dataclass
-class _Cells:
-    """The distinct rows of a table (its histogram cells) and their questions.
-
-    A resample's histogram (its count in every cell) is ``incidence @ counts``.
-    """
-
-    values: pl.DataFrame
-    """One row per cell: the group code and the value(s)."""
-    incidence: sparse.csr_matrix
-    """``[cells, questions]``: 1 where the question has a row in the cell."""
-
-    @classmethod
-    def of(cls, rows: pl.DataFrame, n: int, by: list[str]) -> _Cells:
-        # Cells sorted by group and value, and histogram rows emitted replicate
-        # by replicate in cell order: the kernels' sort finds them in order.
-        values = rows.select(by).unique().sort(by).with_row_index("_c")
-        cell = rows.join(values, on=by, how="left", nulls_equal=True)
-        ones = np.ones(cell.height, dtype=np.float64)
-        incidence = sparse.csr_matrix(
-            (
-                ones,
-                (
-                    cell.get_column("_c").to_numpy().astype(np.int64),
-                    cell.get_column(_Q).to_numpy().astype(np.int64),
-                ),
-            ),
-            shape=(values.height, n),
-        )
-        return cls(values.drop("_c"), incidence)
-
-    def histogram(self, counts: npt.NDArray[np.int64], offset: int) -> pl.DataFrame:
-        """``_b, <cell columns>, count`` of the resamples ``counts`` ``[b, n]``."""
-        product = np.asarray(self.incidence @ counts.T.astype(np.float64)).T
-        b, cell = np.nonzero(product)
-        frame = self.values[cell]
-        return frame.with_columns(
-            pl.Series(_B, (b + offset).astype(np.int64)),
-            pl.Series(COUNT, np.rint(product[b, cell]).astype(np.int64)),
-        )
-
-
-def _question_key(values: pl.Series) -> pl.Series:
-    """Question ids as sortable, joinable values (categories as their text)."""
-    if values.dtype.is_integer():
-        return values.cast(pl.Int64)
-    return values.cast(pl.String)
-
-
-def _prepare(
-    answers: pl.DataFrame,
-    scores: pl.DataFrame,
-    *,
-    options: AggregateOptions,
-    dimensions: Sequence[str] | None,
-) -> _Tables:
-    qid = schema.QUESTION_ID
-    questions = _question_key(answers.get_column(qid)).unique().sort()
-    positions = pl.DataFrame({qid: questions}).with_row_index(_Q)
-    systems = sorted(
-        str(s)
-        for s in answers.get_column(schema.SYSTEM).cast(pl.String).unique().to_list()
-        if schema.is_rag_system(str(s))
-    )
-    judges = sorted(
-        str(j) for j in scores.get_column(schema.JUDGE).cast(pl.String).unique()
-    )
-    if dimensions is None:
-        dimensions = (
-            scores.get_column(schema.DIMENSION)
-            .cast(pl.String)
-            .unique(maintain_order=True)
-            .to_list()
-        )
-    dims = list(dimensions)
-    nj, nd = len(judges), len(dims)
-
-    a = answers.with_columns(
-        _question_key(answers.get_column(qid)).alias(qid),
-        pl.col(schema.SYSTEM).cast(pl.String),
-    )
-    s = scores.with_columns(
-        _question_key(scores.get_column(qid)).alias(qid),
-        pl.col(schema.SYSTEM, schema.JUDGE, schema.DIMENSION).cast(pl.String),
-    )
-    if schema.STATUS in a.columns:
-        # An answer whose status is set and not ok is an outage (CUBE_METHOD.md
-        # section 10): neither a retrieval miss nor a low score.
-        status = pl.col(schema.STATUS).cast(pl.String)
-        failed = status.is_not_null() & (status != schema.STATUS_OK)
-        s = s.join(
-            a.filter(failed).select(qid, schema.SYSTEM),
-            on=[qid, schema.SYSTEM],
-            how="anti",
-        )
-        a = a.filter(~failed)
-    k: int | dict[str, int] = (
-        options.k
-        if isinstance(options.k, int)
-        else {name: k_of(options, name) for name in systems}
-    )
-    codes = {name: i for i, name in enumerate(systems)}
-    ranked = rank_scores(
-        a.filter(pl.col(schema.SYSTEM).is_in(systems)).with_columns(
-            pl.col(schema.RANK).fill_null(0)
-        ),
-        k=k,
-    ).join(positions, on=qid)
-    system_code = pl.col(schema.SYSTEM).replace_strict(codes, return_dtype=pl.UInt32)
-    answer_rows = ranked.select(
-        _Q, system_code.alias(_S), (pl.col(schema.RANK) >= 1).alias("hit")
-    )
-    ok = (
-        s.filter(
-            pl.col(schema.SCORE).is_not_null()
-            & pl.col(schema.DIMENSION).is_in(dims)
-            & pl.col(schema.JUDGE).is_in(judges)
-        )
-        .join(positions, on=qid)
-        .with_columns(
-            pl.col(schema.JUDGE)
-            .replace_strict(
-                {j: i for i, j in enumerate(judges)}, return_dtype=pl.UInt32
-            )
-            .alias(_J),
-            pl.col(schema.DIMENSION)
-            .replace_strict({d: i for i, d in enumerate(dims)}, return_dtype=pl.UInt32)
-            .alias(_D),
-            pl.col(schema.SCORE).cast(pl.Float64),
-        )
-    )
-    jd = pl.col(_J) * nd + pl.col(_D)
-    rag = (
-        ok.filter(pl.col(schema.SYSTEM).is_in(systems))
-        .join(
-            ranked.select(_Q, schema.SYSTEM, pl.col(RANK_SCORE).cast(pl.Float64)),
-            on=[_Q, schema.SYSTEM],
-        )
-        .select(
-            _Q,
-            (system_code * (nj * nd) + jd).cast(pl.UInt32).alias(_G),
-            RANK_SCORE,
-            schema.SCORE,
-        )
-    )
-    set_code = (
-        pl.when(pl.col(schema.SYSTEM) == schema.ZERO).then(0).otherwise(1)
-    ).cast(pl.UInt32)
-    bound_rows = ok.filter(pl.col(schema.SYSTEM).is_in(schema.BOUND_SYSTEMS))
-    if options.bounds_on == "paired":
-        # Each system's bounds use the questions it retrieved.
-        hits = answer_rows.filter(pl.col("hit")).select(_Q, _S)
-        bound_rows = bound_rows.join(hits, on=_Q)
-    else:
-        bound_rows = bound_rows.with_columns(pl.lit(0, dtype=pl.UInt32).alias(_S))
-    bounds = bound_rows.select(
-        _Q,
-        (((pl.col(_S) * 2 + set_code) * nj) * nd + jd).cast(pl.UInt32).alias(_G),
-        schema.SCORE,
-    )
-    n = questions.len()
-    cells = {
-        "rag": _Cells.of(rag, n, [_G, RANK_SCORE, schema.SCORE]),
-        "bounds": _Cells.of(bounds, n, [_G, schema.SCORE]),
-        "answers": _Cells.of(answer_rows, n, [_S, "hit"]),
-    }
-    return _Tables(
-        questions, judges, systems, dims, answer_rows, rag, bounds, cells=cells
-    )
-
-
-def _count_matrix(idx: IntArray, n: int) -> npt.NDArray[np.int64]:
-    """``[B, n]`` multiplicities of the resamples ``idx`` ``[B, L]``."""
-    nb = idx.shape[0]
-    flat = (np.arange(nb, dtype=np.int64)[:, None] * n + idx).ravel()
-    return np.bincount(flat, minlength=nb * n).reshape(nb, n)
-
-
 def _block_frames(
-    t: _Tables, counts: npt.NDArray[np.int64], offset: int, trim: float
+    t: CodedTables, counts: npt.NDArray[np.int64], offset: int, trim: float
 ) -> tuple[pl.DataFrame, ...]:
     """Per replicate of the block: correlations, trimmed means, recall.
 
@@ -362,38 +146,20 @@ def _block_frames(
     answers = t.cells["answers"].histogram(counts, offset).lazy()
     count = pl.col(COUNT).cast(pl.Float64)
     plans = [
-        pearson(rag, by=[_B, _G], x=RANK_SCORE, y=schema.SCORE, count=COUNT),
+        pearson(rag, by=[REP, GROUP], x=RANK_SCORE, y=schema.SCORE, count=COUNT),
         trimmed_means(
-            rag.filter(pl.col(RANK_SCORE) > 0), by=[_B, _G], trim=trim, count=COUNT
+            rag.filter(pl.col(RANK_SCORE) > 0), by=[REP, GROUP], trim=trim, count=COUNT
         ),
-        trimmed_means(bounds, by=[_B, _G], trim=trim, count=COUNT),
-        answers.group_by(_B, _S).agg(
+        trimmed_means(bounds, by=[REP, GROUP], trim=trim, count=COUNT),
+        answers.group_by(REP, SCODE).agg(
             ((count * pl.col("hit")).sum() / count.sum()).alias("recall")
         ),
     ]
     return tuple(pl.collect_all(plans))
 
 
-def _blocks(
-    n: int,
-    cells: int,
-    indices: IntArray | None,
-    counts: npt.NDArray[np.integer[Any]] | None,
-) -> Iterator[tuple[int, npt.NDArray[np.int64]]]:
-    """``(first replicate, [b, n] count matrix)`` of each block."""
-    total = (indices if indices is not None else counts).shape[0]  # type: ignore[union-attr]
-    # Bound both the [b, n] counts and the [cells, b] histograms of a block.
-    step = max(1, BLOCK_CELLS // max(1, cells, n))
-    for start in range(0, total, step):
-        if indices is not None:
-            yield start, _count_matrix(indices[start : start + step], n)
-        else:
-            assert counts is not None
-            yield start, np.asarray(counts[start : start + step], dtype=np.int64)
-
-
 def _fixed_weight_rows(
-    t: _Tables,
+    t: CodedTables,
     options: AggregateOptions,
     fixed_weights: FixedWeights | None,
 ) -> pl.DataFrame:
@@ -415,35 +181,14 @@ def _fixed_weight_rows(
                 rows.append((si, ji, di, w))
     return pl.DataFrame(
         rows,
-        schema={_S: pl.UInt32, _J: pl.UInt32, _D: pl.UInt32, WEIGHT: pl.Float64},
+        schema={
+            SCODE: pl.UInt32,
+            JCODE: pl.UInt32,
+            DCODE: pl.UInt32,
+            WEIGHT: pl.Float64,
+        },
         orient="row",
     )
-
-
-def _decode(frame: pl.DataFrame, t: _Tables, *, sets: bool) -> pl.DataFrame:
-    """Split the group code ``_g`` into ``_s, [_set,] _j, _d``."""
-    nj, nd = len(t.judges), len(t.dimensions)
-    g = pl.col(_G).cast(pl.Int64)
-    cols = [(g % nd).alias(_D), ((g // nd) % nj).alias(_J)]
-    if sets:
-        cols += [((g // (nd * nj)) % 2).alias(_SET), (g // (nd * nj * 2)).alias(_S)]
-    else:
-        cols.append((g // (nd * nj)).alias(_S))
-    return frame.with_columns(cols).drop(_G)
-
-
-def _grid(nb: int, t: _Tables, *extra: tuple[str, int]) -> pl.DataFrame:
-    out = pl.DataFrame({_B: np.arange(nb, dtype=np.int64)})
-    for name, size in (
-        (_S, len(t.systems)),
-        (_J, len(t.judges)),
-        *extra,
-        (_D, len(t.dimensions)),
-    ):
-        out = out.join(
-            pl.DataFrame({name: np.arange(size, dtype=np.int64)}), how="cross"
-        )
-    return out
 
 
 def _scatter(
@@ -506,7 +251,7 @@ def evaluate_replicates(
         [41.666667, 52.380952]
     """
     options = options or AggregateOptions()
-    t = _prepare(answers, scores, options=options, dimensions=dimensions)
+    t = prepare(answers, scores, options=options, dimensions=dimensions)
     nq = t.questions.len()
     if counts is not None and np.shape(counts)[1:] != (nq,):
         raise ConfigError(
@@ -519,7 +264,7 @@ def evaluate_replicates(
     cells = sum(c.values.height for c in t.cells.values())
     parts: list[tuple[pl.DataFrame, ...]] = [
         _block_frames(t, block, start, options.trim)
-        for start, block in _blocks(nq, cells, indices, counts)
+        for start, block in blocks(nq, cells, indices, counts)
     ]
     corr, tm_rag, tm_bounds, recall = (
         pl.concat([p[i] for p in parts]) for i in range(4)
@@ -530,7 +275,7 @@ def evaluate_replicates(
 
 
 def _figures(
-    t: _Tables,
+    t: CodedTables,
     nb: int,
     corr: pl.DataFrame,
     tm_rag: pl.DataFrame,
@@ -542,29 +287,29 @@ def _figures(
 ) -> CubeReplicates:
     """Weights, weighted totals, normalisation and CuBE of every replicate."""
     nj, ns, nd = len(t.judges), len(t.systems), len(t.dimensions)
-    i64 = [pl.col(c).cast(pl.Int64) for c in (_B,)]
-    corr = _decode(corr.with_columns(i64), t, sets=False)
-    grid = _grid(nb, t).join(corr, on=[_B, _S, _J, _D], how="left")
+    i64 = [pl.col(c).cast(pl.Int64) for c in (REP,)]
+    corr = decode(corr.with_columns(i64), t, sets=False)
+    grid = code_grid(nb, t).join(corr, on=[REP, SCODE, JCODE, DCODE], how="left")
     if options.weights == "pearson":
-        weights = pearson_weights(grid, by=[_B, _S, _J], r=R)
+        weights = pearson_weights(grid, by=[REP, SCODE, JCODE], r=R)
     else:
         fixed = _fixed_weight_rows(t, options, fixed_weights).with_columns(
-            pl.col(_S, _J, _D).cast(pl.Int64)
+            pl.col(SCODE, JCODE, DCODE).cast(pl.Int64)
         )
-        weights = grid.join(fixed, on=[_S, _J, _D], how="left").with_columns(
+        weights = grid.join(fixed, on=[SCODE, JCODE, DCODE], how="left").with_columns(
             pl.lit(False).alias(FALLBACK)
         )
 
-    rag = _decode(tm_rag.with_columns(i64), t, sets=False).with_columns(
-        pl.lit(2, dtype=pl.Int64).alias(_SET)
+    rag = decode(tm_rag.with_columns(i64), t, sets=False).with_columns(
+        pl.lit(2, dtype=pl.Int64).alias(SETCODE)
     )
-    bounds = _decode(tm_bounds.with_columns(i64), t, sets=True)
+    bounds = decode(tm_bounds.with_columns(i64), t, sets=True)
     if options.bounds_on != "paired":
-        bounds = bounds.drop(_S).join(
-            pl.DataFrame({_S: np.arange(ns, dtype=np.int64)}), how="cross"
+        bounds = bounds.drop(SCODE).join(
+            pl.DataFrame({SCODE: np.arange(ns, dtype=np.int64)}), how="cross"
         )
-    keys = [_B, _S, _J, _SET, _D]
-    trimmed = _grid(nb, t, (_SET, 3)).join(
+    keys = [REP, SCODE, JCODE, SETCODE, DCODE]
+    trimmed = code_grid(nb, t, (SETCODE, 3)).join(
         pl.concat(
             [rag.select(*keys, TRIMMED_MEAN), bounds.select(*keys, TRIMMED_MEAN)]
         ),
@@ -572,13 +317,18 @@ def _figures(
         how="left",
     )
     totals = weighted_totals(
-        trimmed.join(weights.select(_B, _S, _J, _D, WEIGHT), on=[_B, _S, _J, _D]),
-        by=[_B, _S, _J, _SET],
-    ).with_columns(pl.lit(nd, dtype=pl.Int64).alias(_D))
+        trimmed.join(
+            weights.select(REP, SCODE, JCODE, DCODE, WEIGHT),
+            on=[REP, SCODE, JCODE, DCODE],
+        ),
+        by=[REP, SCODE, JCODE, SETCODE],
+    ).with_columns(pl.lit(nd, dtype=pl.Int64).alias(DCODE))
     figures = pl.concat(
         [trimmed.select(*keys, TRIMMED_MEAN), totals.select(*keys, TRIMMED_MEAN)]
     )
-    wide = figures.pivot(on=_SET, index=[_B, _S, _J, _D], values=TRIMMED_MEAN)
+    wide = figures.pivot(
+        on=SETCODE, index=[REP, SCODE, JCODE, DCODE], values=TRIMMED_MEAN
+    )
     for code in ("0", "1", "2"):
         if code not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(code))
@@ -587,35 +337,37 @@ def _figures(
             "normalized"
         )
     )
-    recall = recall.with_columns(pl.col(_B, _S).cast(pl.Int64))
-    cube = norm.filter(pl.col(_D) == nd).join(recall, on=[_B, _S], how="left")
+    recall = recall.with_columns(pl.col(REP, SCODE).cast(pl.Int64))
+    cube = norm.filter(pl.col(DCODE) == nd).join(recall, on=[REP, SCODE], how="left")
     cube = cube.with_columns((pl.col("normalized") * pl.col("recall")).alias("cube"))
 
     jsb = (nj, ns, nb)
     trimmed_arrays = {
         name: _scatter(
-            figures.filter(pl.col(_SET) == code),
+            figures.filter(pl.col(SETCODE) == code),
             (*jsb, nd + 1),
-            [_J, _S, _B, _D],
+            [JCODE, SCODE, REP, DCODE],
             TRIMMED_MEAN,
         )
         for code, name in enumerate(("zero", "full", "system"))
     }
     fallback = np.zeros(jsb, dtype=bool)
-    fb = weights.filter(pl.col(FALLBACK)).select(_J, _S, _B).unique()
+    fb = weights.filter(pl.col(FALLBACK)).select(JCODE, SCODE, REP).unique()
     if fb.height:
-        fallback[tuple(fb.get_column(c).to_numpy() for c in (_J, _S, _B))] = True
+        fallback[tuple(fb.get_column(c).to_numpy() for c in (JCODE, SCODE, REP))] = True
     return CubeReplicates(
         judges=t.judges,
         systems=t.systems,
         dimensions=t.dimensions,
-        recall=_scatter(recall, (ns, nb), [_S, _B], "recall"),
-        correlations=_scatter(corr, (*jsb, nd), [_J, _S, _B, _D], R),
-        weights=_scatter(weights, (*jsb, nd), [_J, _S, _B, _D], WEIGHT),
+        recall=_scatter(recall, (ns, nb), [SCODE, REP], "recall"),
+        correlations=_scatter(corr, (*jsb, nd), [JCODE, SCODE, REP, DCODE], R),
+        weights=_scatter(weights, (*jsb, nd), [JCODE, SCODE, REP, DCODE], WEIGHT),
         equal_fallback=fallback,
         trimmed=trimmed_arrays,
-        normalized=_scatter(norm, (*jsb, nd + 1), [_J, _S, _B, _D], "normalized"),
-        cube=_scatter(cube, jsb, [_J, _S, _B], "cube"),
+        normalized=_scatter(
+            norm, (*jsb, nd + 1), [JCODE, SCODE, REP, DCODE], "normalized"
+        ),
+        cube=_scatter(cube, jsb, [JCODE, SCODE, REP], "cube"),
         used=_used_mask(t.judges, t.systems, judges),
     )
 
