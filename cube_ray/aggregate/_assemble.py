@@ -25,7 +25,6 @@ from cube_ray.aggregate._frames import (
     OUTSIDE,
     SET,
     WEIGHTED,
-    Study,
     finite,
     sorted_flags,
 )
@@ -51,6 +50,7 @@ from cube_ray.aggregate._model import (
     UNQUALIFIED_JUDGE,
 )
 from cube_ray.aggregate._own_model import own_model_judges, without_own_model
+from cube_ray.aggregate._passes import Study
 from cube_ray.aggregate._qualification import UNQUALIFIED, QualificationResult
 from cube_ray.aggregate._separation import NOT_SEPARATED
 

@@ -1,6 +1,6 @@
 """Sections 5 to 8 on the passes: weights, trimmed means, normalisation, CuBE.
 
-Functions of the :class:`~cube_ray.aggregate._frames.Study`; each returns its
+Functions of the :class:`~cube_ray.aggregate._passes.Study`; each returns its
 frames (and the flags or notes it raises) instead of setting state.
 """
 
@@ -21,7 +21,6 @@ from cube_ray.aggregate._frames import (
     SET,
     VARIANT,
     WEIGHTED,
-    Study,
 )
 from cube_ray.aggregate._math import (
     FALLBACK,
@@ -38,6 +37,7 @@ from cube_ray.aggregate._math import (
     weighted_totals,
 )
 from cube_ray.aggregate._options import WeightsError
+from cube_ray.aggregate._passes import Study
 
 MISSING_SCORES_TEXT = "missing scores"
 """Reason of a normalised figure without one of its three trimmed means."""
@@ -84,7 +84,7 @@ def grid(study: Study) -> pl.DataFrame:
     )
 
 
-def weights(study: Study) -> Weights:
+def judge_weights(study: Study) -> Weights:
     """The weights of ``options.weights``: Pearson, equal or fixed (section 6).
 
     Raises:

@@ -10,7 +10,7 @@ read them (weights, figures, bound separation, assembly), which are functions:
   ranked answers, the sets none of whose answers is usable and the outages;
 * :class:`~cube_ray.aggregate._passes.ScorePasses`: the grouped passes over the
   score rows and the judges and dimensions they name;
-* :class:`Study`: the three together.
+* :class:`~cube_ray.aggregate._passes.Study`: the three together.
 
 Also the names the steps share: figure names, flag texts and frame columns.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -30,9 +30,6 @@ from cube_ray.aggregate._math import COUNT, RANK_SCORE, rank_scores
 from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import EngineType
 from cube_ray.errors import ConfigError, InputError
-
-if TYPE_CHECKING:
-    from cube_ray.aggregate._passes import ScorePasses
 
 WEIGHTED = "weighted"
 """Figure name of the weighted total, beside the dimension names."""
@@ -310,29 +307,3 @@ def _k(
     if unknown:
         notes.append(f"k given for systems without answers: {unknown}")
     return {name: k[name] for name in systems}
-
-
-@dataclass(frozen=True)
-class Study:
-    """What the steps after the passes read: the inputs, answers and passes."""
-
-    inputs: Inputs
-    answers: AnswerFrames
-    passes: ScorePasses
-
-    @property
-    def options(self) -> AggregateOptions:
-        return self.inputs.options
-
-    @property
-    def systems(self) -> tuple[str, ...]:
-        """The systems under test."""
-        return self.answers.systems
-
-    @property
-    def judges(self) -> tuple[str, ...]:
-        return self.passes.judges
-
-    @property
-    def dimensions(self) -> tuple[str, ...]:
-        return self.passes.dimensions

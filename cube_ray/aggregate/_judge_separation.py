@@ -2,7 +2,7 @@
 
 The tests themselves (Wilcoxon on histograms, the separation rule) are in
 :mod:`cube_ray.aggregate._separation`; here they are run for every judge,
-system and figure of one :class:`~cube_ray.aggregate._frames.Study`.
+system and figure of one :class:`~cube_ray.aggregate._passes.Study`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from cube_ray.aggregate._frames import (
     UNAVAILABLE,
     VARIANT,
     WEIGHTED,
-    Study,
     finite,
 )
 from cube_ray.aggregate._math import COUNT, WEIGHT
 from cube_ray.aggregate._model import BOUNDS_NOT_SEPARATED
+from cube_ray.aggregate._passes import Study
 from cube_ray.aggregate._separation import (
     CODE_SPAN,
     DELTA,

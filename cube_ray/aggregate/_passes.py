@@ -4,7 +4,7 @@
 the score rows in one ``collect_all`` (per (system, judge, dimension): row
 statistics, missing scores, Pearson correlations, trimmed means of the
 systems under test and of the bounds) and returns them, checked, as one
-frozen :class:`ScorePasses`.
+frozen :class:`ScorePasses`; :class:`Study` is what the later steps read.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from cube_ray.aggregate._math import (
     trimmed_mean_exprs,
     trimmed_means,
 )
+from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import PairCodes, pair_codes
 from cube_ray.errors import InputError
 
@@ -62,6 +63,32 @@ class ScorePasses:
     """Integer codes of the packed pair key (None: group by the key columns)."""
     judges: tuple[str, ...]
     dimensions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Study:
+    """What the steps after the passes read: the inputs, answers and passes."""
+
+    inputs: Inputs
+    answers: AnswerFrames
+    passes: ScorePasses
+
+    @property
+    def options(self) -> AggregateOptions:
+        return self.inputs.options
+
+    @property
+    def systems(self) -> tuple[str, ...]:
+        """The systems under test."""
+        return self.answers.systems
+
+    @property
+    def judges(self) -> tuple[str, ...]:
+        return self.passes.judges
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        return self.passes.dimensions
 
 
 def _use_histograms(scores: pl.DataFrame) -> bool:

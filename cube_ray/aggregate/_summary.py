@@ -29,13 +29,12 @@ from cube_ray.aggregate._frames import (
     UNAVAILABLE,
     WEIGHTED,
     Inputs,
-    Study,
     answer_frames,
     sorted_flags,
 )
 from cube_ray.aggregate._model import SCHEMA_VERSION, Sample, Summary
 from cube_ray.aggregate._options import AggregateOptions
-from cube_ray.aggregate._passes import score_passes
+from cube_ray.aggregate._passes import Study, score_passes
 from cube_ray.aggregate._qualification import (
     QualificationInput,
     QualificationResult,
@@ -147,7 +146,7 @@ def _aggregate(
     """The method's steps in order; each reads the state the ones before built."""
     answers = answer_frames(inputs)
     study = Study(inputs, answers, score_passes(inputs, answers))
-    weights = _figures.weights(study)
+    weights = _figures.judge_weights(study)
     figs = _figures.figures(study, weights.frame)
     tests = _judge_separation.separation(study, weights.frame, figs.wide)
     separated_judges = _judge_separation.used_judges(study, tests)
