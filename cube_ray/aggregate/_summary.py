@@ -7,7 +7,8 @@ function of the explicit, frozen state it reads:
    :func:`~cube_ray.aggregate._frames.answer_frames` (``_frames``): the
    tables, the ranked answers of the systems under test, outages;
 2. :func:`~cube_ray.aggregate._passes.score_passes` (``_passes``): the grouped
-   passes over the score rows, checked;
+   passes over the score rows, checked; with the inputs and answers, the
+   :class:`~cube_ray.aggregate._passes.Study` every later step reads;
 3. ``_figures``: weights, trimmed means, normalisation, CuBE;
 4. ``_judge_separation``: which judges separate the bounds;
 5. ``_assemble``: the summary's blocks from those frames.
