@@ -19,8 +19,8 @@ from pathlib import Path
 
 from cube_ray import schema
 from cube_ray.audit._draw import column_letter, parse_score
-from cube_ray.audit._key import AuditKey, KeyRow, write_atomic
-from cube_ray.audit._worksheet import AUDIT_DIR, ROW, answer_units
+from cube_ray.audit._key import ROW, AuditKey, KeyRow, write_atomic
+from cube_ray.audit._worksheet import AUDIT_DIR, answer_units
 from cube_ray.audit._xlsx import is_workbook, read_xlsx
 from cube_ray.errors import InputError
 

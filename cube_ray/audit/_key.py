@@ -13,7 +13,11 @@ from pydantic import Field, ValidationError
 from cube_ray._pydantic import StrictModel
 from cube_ray.errors import InputError
 
-__all__ = ["KEY_FORMAT", "AuditKey", "KeyDimension", "KeyRow", "write_atomic"]
+ROW: Final = "row"
+"""Heading of the worksheet's row-id column, the one column the import matches rows by
+(the key's rows carry the same ids)."""
+
+__all__ = ["KEY_FORMAT", "ROW", "AuditKey", "KeyDimension", "KeyRow", "write_atomic"]
 
 KEY_FORMAT: Final = "cube-ray audit key"
 

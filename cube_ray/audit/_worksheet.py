@@ -25,7 +25,7 @@ from cube_ray.audit._draw import (
     score_header,
     shuffled_sets,
 )
-from cube_ray.audit._key import AuditKey, KeyDimension, KeyRow, write_atomic
+from cube_ray.audit._key import ROW, AuditKey, KeyDimension, KeyRow, write_atomic
 from cube_ray.audit._xlsx import EXTRA, have_openpyxl, write_xlsx
 from cube_ray.errors import InputError
 from cube_ray.sample import STRATUM, load_strata, read_sample
@@ -41,8 +41,6 @@ __all__ = [
 
 AUDIT_DIR = "audit"
 """The run dir's folder of audit sheets, keys and the imported human file."""
-ROW = "row"
-"""Heading of the row-id column, the one column the import matches rows by."""
 TEXT_COLUMNS = (ROW, "question no.", "question", "gold document", "answer")
 """The worksheet's columns before the score columns."""
 NO_ANSWER = "(no answer: the system returned nothing)"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cube_ray.audit._key import ROW
 from cube_ray.errors import InputError
 
 __all__ = [
@@ -254,8 +255,6 @@ def read_xlsx(path: Path) -> SheetCells:
         InputError: ``openpyxl`` is not installed, or the file is not a
             readable workbook.
     """
-    from cube_ray.audit._worksheet import ROW
-
     try:
         import openpyxl
     except ImportError:
