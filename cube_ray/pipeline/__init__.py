@@ -17,7 +17,10 @@ every judge on every dimension, then ``summary.json``, the report and
 | ``schedule`` | walking the graph: stages overlap where the method allows |
 | ``heap`` | what workers' allocators give back after a task (their environment) |
 | ``intake`` | corpus, question file, QA files, checked before anything runs |
-| ``driver`` | one run's state on the driver; building each stage's sources |
+| ``sampling`` | the run's sample (``sample:``): which documents get questions |
+| ``sources`` | each stage's source table (Arrow on the driver or Ray Data) |
+| ``state`` | ``RunState``: what the driver's collaborators share about a run |
+| ``driver`` | one run on the driver: its collaborators, walking the graph |
 | ``summary`` | ``summary.json`` from the written tables (also ``cube-ray aggregate``) |
 | ``run`` | ``run_pipeline`` and ``manifest.json`` |
 

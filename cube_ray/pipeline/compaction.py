@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cube_ray import schema
-from cube_ray.config import RunConfig
 from cube_ray.pipeline import faults
 from cube_ray.pipeline.data import _drop_done
 from cube_ray.pipeline.parts import (
@@ -38,36 +36,33 @@ from cube_ray.stages import INPUT_HASH, KEYS
 if TYPE_CHECKING:
     from ray.data import Dataset
 
+    from cube_ray.pipeline.data import DataOps
+    from cube_ray.pipeline.state import RunState
+
 __all__ = ["Compaction"]
 
 
 class Compaction:
-    """The anti-join with written rows and the compaction (a part of the driver)."""
+    """The anti-join with written rows, and the compaction of stale rows."""
 
-    config: RunConfig
-    run_dir: Path
-    options: Any
-    _say: Callable[[str], None]
-    _await_node_loss: Callable[[str, set[str], int], None]
-    table_dir: Callable[[str], Path]
-    read_files: Callable[..., Dataset]
-    join: Callable[..., Dataset]
-    write_parts: Callable[..., Any]
+    def __init__(self, state: RunState, data: DataOps) -> None:
+        self._state = state
+        self._data = data
 
-    def _todo_join(
+    def todo_join(
         self, inputs: Dataset, existing: list[Path], key: tuple[str, ...], rows: int
     ) -> Dataset:
         """Inputs whose (key, hash) is not written yet: a Ray Data anti-join."""
         cols = [*key, schema.CONTENT_HASH]
-        done = self.read_files(existing, [*cols, schema.STATUS])
-        if self.options.retry_failed:
+        done = self._data.read_files(existing, [*cols, schema.STATUS])
+        if self._state.options.retry_failed:
             done = done.filter(_status_ok)
         done = done.select_columns(cols).rename_columns(
             {schema.CONTENT_HASH: INPUT_HASH}
         )
-        return self.join(inputs, done, "left_anti", (*key, INPUT_HASH), rows)
+        return self._data.join(inputs, done, "left_anti", (*key, INPUT_HASH), rows)
 
-    def _todo_small(
+    def todo_small(
         self, inputs: Dataset, existing: list[Path], key: tuple[str, ...]
     ) -> tuple[Dataset, set[str]]:
         """The anti-join for small stages: the done set is broadcast, no shuffle.
@@ -86,14 +81,14 @@ class Compaction:
             statuses = t.column(schema.STATUS).to_pylist()
             for k, h, st in zip(keys, hashes, statuses, strict=True):
                 written.add(k)
-                if not self.options.retry_failed or st == schema.STATUS_OK:
+                if not self._state.options.retry_failed or st == schema.STATUS_OK:
                     done.add(f"{k}\x1f{h}")
         ref = ray.put(done)
         todo = inputs.map_batches(
             cast("Any", _drop_done),
             fn_kwargs={"done": [ref], "key": key},
             batch_format="pyarrow",
-            num_cpus=self.config.ray.task_num_cpus,
+            num_cpus=self._state.config.ray.task_num_cpus,
         ).materialize()
         stale: set[str] = set()
         for block in todo.select_columns(list(key)).iter_batches(
@@ -102,7 +97,7 @@ class Compaction:
             stale.update(k for k in _key_strings(block, key) if k in written)
         return todo, stale
 
-    def _compact_small(
+    def compact_small(
         self, table: str, label: str, files: list[Path], stale: set[str]
     ) -> None:
         """Rewrite the stage's old part files without the stale keys."""
@@ -126,13 +121,13 @@ class Compaction:
                 writer.write(kept)
                 writer.flush()
             f.unlink()
-        self._say(f"{label}: dropped {dropped} stale rows")
+        self._state.say(f"{label}: dropped {dropped} stale rows")
 
-    def _compact_retrying(
+    def compact_retrying(
         self, table: str, label: str, inputs: Dataset, expected: int
     ) -> None:
         """``compact``, retried after a lost node (it calls no engine)."""
-        attempts = self.config.ray.stage_retries + 1
+        attempts = self._state.config.ray.stage_retries + 1
         for attempt in range(1, attempts + 1):
             nodes_before = faults.alive_nodes()
             try:
@@ -141,8 +136,10 @@ class Compaction:
             except Exception as exc:
                 if attempt == attempts or not faults.is_infra_failure(exc):
                     raise
-                self._say(f"{label}: compaction {faults.infra_reason(exc)}; retrying")
-            self._await_node_loss(label, nodes_before, attempt)
+                self._state.say(
+                    f"{label}: compaction {faults.infra_reason(exc)}; retrying"
+                )
+            self._state.await_node_loss(label, nodes_before, attempt)
 
     def compact(self, table: str, label: str, inputs: Dataset, expected: int) -> None:
         """Drop a stage's rows whose key is in ``inputs`` with another hash.
@@ -151,20 +148,22 @@ class Compaction:
         written as new part files of the stage before the old ones are removed.
         """
         key = KEYS[table]
-        table_dir = self.table_dir(table)
+        table_dir = self._state.table_dir(table)
         files = part_files(table_dir, label)
         rows = _rows_in(files)
         current = inputs.select_columns([*key, INPUT_HASH]).rename_columns(
             {INPUT_HASH: _CUR_HASH}
         )
-        mine = self.read_files(files)
-        joined = self.join(mine, current, "left_outer", key, rows + expected)
+        mine = self._data.read_files(files)
+        joined = self._data.join(mine, current, "left_outer", key, rows + expected)
         kept = joined.map_batches(_keep_current, batch_format="pyarrow")
-        staging = self.run_dir / f".staging-{table}-{uuid.uuid4().hex[:8]}"
+        staging = self._state.run_dir / f".staging-{table}-{uuid.uuid4().hex[:8]}"
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         stem = f"part-{stamp}-{_safe(label)}-000000"
         try:
-            for _ in self.write_parts(kept, staging, stem=stem, key=key, schema_=None):
+            for _ in self._data.write_parts(
+                kept, staging, stem=stem, key=key, schema_=None
+            ):
                 pass
             new_files = part_files(staging)
             kept_rows = _rows_in(new_files)
@@ -173,6 +172,6 @@ class Compaction:
                     new.replace(table_dir / new.name)
                 for old in files:
                     old.unlink()
-                self._say(f"{label}: dropped {rows - kept_rows} stale rows")
+                self._state.say(f"{label}: dropped {rows - kept_rows} stale rows")
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from cube_ray.config import RunConfig
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline.engine_pool import take_served_node
 from cube_ray.pipeline.parts import _key_strings, _write_part, part_files
@@ -26,7 +25,9 @@ from cube_ray.stages import INPUT_HASH, NODE_ID
 if TYPE_CHECKING:
     from ray.data import Dataset
 
+    from cube_ray.config import RayConfig
     from cube_ray.engines.config import PoolConfig
+    from cube_ray.pipeline.state import RunState
 
 __all__ = [
     "FOOTER_ACTORS_ENV",
@@ -221,20 +222,20 @@ def pool_args(pool: PoolConfig) -> dict[str, Any]:
 
 
 class DataOps:
-    """Reads, joins and maps of one run (a part of the driver)."""
+    """Reads, joins and maps of one run, sized by its ``ray:`` settings."""
 
-    config: RunConfig
-    run_dir: Path
+    def __init__(self, state: RunState) -> None:
+        self._state = state
 
-    def table_dir(self, name: str) -> Path:
-        """A table's folder in the run dir."""
-        return self.run_dir / name
+    @property
+    def _ray(self) -> RayConfig:
+        return self._state.config.ray
 
     def read(self, name: str, columns: list[str] | None = None) -> Dataset:
         """All part files of a table (some columns)."""
-        files = part_files(self.table_dir(name))
+        files = part_files(self._state.table_dir(name))
         if not files:
-            msg = f"table {name!r} of run {self.run_dir} is empty"
+            msg = f"table {name!r} of run {self._state.run_dir} is empty"
             raise CubeRayError(msg)
         return self.read_files(files, columns)
 
@@ -253,8 +254,8 @@ class DataOps:
         import ray.data
 
         values = {
-            FOOTER_ACTORS_ENV: str(self.config.ray.footer_readers),
-            READ_UNIT_ENV: str(self.config.ray.read_unit_mb * 2**20),
+            FOOTER_ACTORS_ENV: str(self._ray.footer_readers),
+            READ_UNIT_ENV: str(self._ray.read_unit_mb * 2**20),
         }
         _quiet_listing_race()
         with _env(values):
@@ -267,8 +268,8 @@ class DataOps:
 
     def partitions(self, rows: int) -> int:
         """Partitions of a hash join over about ``rows`` rows."""
-        if self.config.ray.join_partitions:
-            return self.config.ray.join_partitions
+        if self._ray.join_partitions:
+            return self._ray.join_partitions
         return max(1, min(256, rows // 50_000 + 1))
 
     def join(
@@ -280,7 +281,7 @@ class DataOps:
             join_type=how,
             num_partitions=self.partitions(rows),
             on=cast("Any", on),
-            aggregator_ray_remote_args={"num_cpus": self.config.ray.task_num_cpus},
+            aggregator_ray_remote_args={"num_cpus": self._ray.task_num_cpus},
         )
 
     def light_map(
@@ -291,7 +292,7 @@ class DataOps:
             fn,
             fn_kwargs=kwargs,
             batch_format="pyarrow",
-            num_cpus=self.config.ray.task_num_cpus,
+            num_cpus=self._ray.task_num_cpus,
             batch_size=LIGHT_MAP_ROWS,
         )
 
@@ -310,7 +311,7 @@ class DataOps:
             cast("Any", rows_in_wave),
             fn_kwargs={"column": column, "wave": wave, "waves": waves},
             batch_format="pyarrow",
-            num_cpus=self.config.ray.task_num_cpus,
+            num_cpus=self._ray.task_num_cpus,
             batch_size=LIGHT_MAP_ROWS,
         )
 
@@ -340,10 +341,8 @@ class DataOps:
             },
             batch_format="pyarrow",
             batch_size=None,
-            num_cpus=self.config.ray.task_num_cpus,
-            compute=ray.data.TaskPoolStrategy(size=self.config.ray.writer_tasks),
+            num_cpus=self._ray.task_num_cpus,
+            compute=ray.data.TaskPoolStrategy(size=self._ray.writer_tasks),
         )
         for block in _blocks(described):
             yield from block.to_pylist()
-
-    # -- one LLM stage -------------------------------------------------------------

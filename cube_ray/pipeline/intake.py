@@ -9,21 +9,19 @@ document ids; QA files are checked by their kind (``cube_ray.systems.kinds``).
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.config import RunConfig
 from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.errors import CubeRayError, InputError
 from cube_ray.pipeline.method import DOCUMENTS, QUESTIONS
+from cube_ray.pipeline.ownership import read_manifest
 from cube_ray.pipeline.parts import (
     CORRUPT_SUFFIX,
     PartWriter,
@@ -37,27 +35,18 @@ from cube_ray.stages import QUESTIONS_OUT_SCHEMA, questions_table
 from cube_ray.systems.kinds import file_digest, system_kind
 
 if TYPE_CHECKING:
-    from cube_ray.pipeline.run import RunOptions
+    from cube_ray.pipeline.sampling import SampleSelection
+    from cube_ray.pipeline.state import RunState
 
 __all__ = ["Intake"]
 
 
 class Intake:
-    """The run's inputs, staged and checked (a part of the driver)."""
+    """The run's inputs, staged and checked; each system's set-up."""
 
-    config: RunConfig
-    options: RunOptions
-    run_dir: Path
-    stamp: str
-    stats: dict[str, StageStats]
-    n_docs: int
-    n_questions: int
-
-    table_dir: Callable[[str], Path]
-    collect_strata: Callable[[pa.Table], pa.Table]
-    draw_sample: Callable[[str, pa.Table | None], None]
-    write_sample_dir: Callable[[], None]
-    sample_questions: Callable[[], int | None]
+    def __init__(self, state: RunState, sample: SampleSelection) -> None:
+        self._state = state
+        self._sample = sample
 
     def stage_documents(self) -> tuple[Path, str, pa.Table | None]:
         """Validate the corpus (and question file) into a staging folder.
@@ -65,81 +54,75 @@ class Intake:
         The folder is beside the run dir, which stays untouched; returns it,
         the corpus fingerprint and the question file's table.
         """
-        cfg = self.config
-        parent = self.run_dir.parent
+        state = self._state
+        cfg = state.config
+        parent = state.run_dir.parent
         parent.mkdir(parents=True, exist_ok=True)
         # Stage outside the run dir so a bad corpus leaves it untouched.
-        staging = parent / f".{self.run_dir.name}.staging-{uuid.uuid4().hex[:8]}"
+        staging = parent / f".{state.run_dir.name}.staging-{uuid.uuid4().hex[:8]}"
         start = time.monotonic()
         h = hashlib.blake2b(digest_size=16)
         writer = PartWriter(
             staging,
-            run_stamp=self.stamp,
+            run_stamp=state.stamp,
             stage=DOCUMENTS,
             schema_=schema.DOCUMENTS_SCHEMA,
-            max_rows=self.config.ray.write_rows,
+            max_rows=cfg.ray.write_rows,
         )
         try:
             for read in iter_document_batches(
                 cfg.corpus,
                 batch_rows=cfg.ray.read_batch_size,
-                limit=self.options.limit,
+                limit=state.options.limit,
                 keep_fields=cfg.sample.strata if cfg.sample else (),
             ):
-                batch = self.collect_strata(read)  # strata kept for the sample
+                batch = self._sample.collect_strata(read)  # strata kept for the sample
                 for ch in batch.column(schema.CONTENT_HASH).to_pylist():
                     h.update(ch.encode())
                 writer.write(batch)
             writer.flush()
-            self.n_docs = writer.rows
+            state.n_docs = writer.rows
             fingerprint = h.hexdigest()
             questions = (
                 self._question_file_table(staging)
                 if cfg.questions.source == "file"
                 else None
             )
-            self.draw_sample(fingerprint, questions)
+            self._sample.draw_sample(fingerprint, questions)
             self._check_qa_files()
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        self.stats[DOCUMENTS] = StageStats(
-            expected=self.n_docs, written=self.n_docs, seconds=time.monotonic() - start
+        state.stats[DOCUMENTS] = StageStats(
+            expected=state.n_docs,
+            written=state.n_docs,
+            seconds=time.monotonic() - start,
         )
         return staging, fingerprint, questions
 
     def documents(self, staged: tuple[Path, str, pa.Table | None]) -> str:
         """Move staged documents into the run dir; returns the corpus fingerprint."""
         staging, fingerprint, questions = staged
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        _heal_swaps(self.run_dir)
-        target = self.table_dir(DOCUMENTS)
-        old_fp = self._old_manifest().get("corpus_fingerprint")
+        state = self._state
+        state.run_dir.mkdir(parents=True, exist_ok=True)
+        _heal_swaps(state.run_dir)
+        target = state.table_dir(DOCUMENTS)
+        old_fp = read_manifest(state.run_dir).get("corpus_fingerprint")
         # Same corpus, all documents there (a part set aside as corrupt is not).
-        if old_fp == fingerprint and _rows_in(part_files(target)) == self.n_docs:
+        if old_fp == fingerprint and _rows_in(part_files(target)) == state.n_docs:
             shutil.rmtree(staging, ignore_errors=True)
         else:
             staging.mkdir(parents=True, exist_ok=True)
             for kept in target.glob(f"*{CORRUPT_SUFFIX}*"):  # set aside: keep it
                 kept.replace(staging / kept.name)
             _swap_dir(staging, target)
-        self.write_sample_dir()
+        self._sample.write_sample_dir()
         if questions is not None:
             self._write_question_file(questions)
-        n_sampled = self.sample_questions()
+        n_sampled = self._sample.sample_questions()
         if n_sampled is not None:  # only the sample's questions are asked
-            self.n_questions = n_sampled
+            state.n_questions = n_sampled
         return fingerprint
-
-    def _old_manifest(self) -> dict[str, Any]:
-        path = self.run_dir / "manifest.json"
-        if not path.is_file():
-            return {}
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
-        return data if isinstance(data, dict) else {}
 
     def _question_file_table(self, staging: Path) -> pa.Table:
         """Load and check the question file against the staged document ids."""
@@ -147,7 +130,7 @@ class Intake:
 
         from cube_ray.systems import load_question_file
 
-        qcfg = self.config.questions
+        qcfg = self._state.config.questions
         assert qcfg.path is not None
         # Known ids come from the staged documents (only the id column).
         doc_dir_files = [str(f) for f in part_files(staging)]
@@ -157,7 +140,7 @@ class Intake:
             .collect()[schema.DOC_ID]
         )
         known = set(ids.to_list())
-        limit = self.options.limit
+        limit = self._state.options.limit
         frame = load_question_file(
             qcfg.path,
             question_field=qcfg.question_field,
@@ -194,25 +177,25 @@ class Intake:
         )
 
     def _write_question_file(self, table: pa.Table) -> None:
-        staging = self.run_dir / f".staging-questions-{uuid.uuid4().hex[:8]}"
+        staging = self._state.run_dir / f".staging-questions-{uuid.uuid4().hex[:8]}"
         writer = PartWriter(
             staging,
-            run_stamp=self.stamp,
+            run_stamp=self._state.stamp,
             stage="questions",
             schema_=QUESTIONS_OUT_SCHEMA,
         )
         writer.write(table)
         writer.flush()
         staging.mkdir(parents=True, exist_ok=True)
-        _swap_dir(staging, self.table_dir(QUESTIONS))
-        self.n_questions = table.num_rows
-        self.stats[QUESTIONS] = StageStats(
+        _swap_dir(staging, self._state.table_dir(QUESTIONS))
+        self._state.n_questions = table.num_rows
+        self._state.stats[QUESTIONS] = StageStats(
             expected=table.num_rows, written=table.num_rows
         )
 
     def _check_qa_files(self) -> None:
         """Each system's driver-side checks (a QA file's header), before any write."""
-        for system in self.config.systems:
+        for system in self._state.config.systems:
             system_kind(system).check(system)
 
     def prepare_system(self, system: Any) -> None:
@@ -227,12 +210,12 @@ class Intake:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        prep = system_kind(system).prepare(system, run_dir=self.run_dir)
+        prep = system_kind(system).prepare(system, run_dir=self._state.run_dir)
         if prep is None:
             return
         node = ray.get_runtime_context().get_node_id()
         task = ray.remote(prep.fn).options(
-            num_cpus=self.config.ray.task_num_cpus,
+            num_cpus=self._state.config.ray.task_num_cpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )
         try:

@@ -34,6 +34,7 @@ __all__ = [
     "CORRUPT_SUFFIX",
     "PartWriter",
     "StageStats",
+    "count_unseen",
     "part_files",
     "read_table",
     "set_aside_corrupt",
@@ -392,6 +393,24 @@ def _count(stats: StageStats, info: dict[str, Any]) -> None:
     stats.completion_tokens += info["completion_tokens"]
     stats.statuses.update(json.loads(info["statuses"]))
     stats.nodes.update(json.loads(info["nodes"]))
+
+
+def count_unseen(
+    stats: StageStats, table_dir: Path, stem: str, seen: dict[str, int]
+) -> int:
+    """Count the files of one attempt not yet described; its rows written.
+
+    ``seen``: the part files already counted (name -> rows), updated here.
+    """
+    cols = [schema.STATUS, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS]
+    for f in table_dir.glob(f"{stem}-*.parquet") if table_dir.is_dir() else []:
+        if f.name not in seen:
+            pf = pq.ParquetFile(f)
+            names = set(pf.schema_arrow.names)
+            t = pf.read(columns=[c for c in cols if c in names])
+            _count(stats, _describe(f.name, t))
+            seen[f.name] = pf.metadata.num_rows
+    return sum(seen.values())
 
 
 def _status_ok(row: dict[str, Any]) -> bool:

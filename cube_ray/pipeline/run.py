@@ -209,14 +209,14 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     manifest = read_manifest(options.run_dir)
     if not options.update:
         check_config_owner(options.run_dir, config, manifest)
-    staged = driver.stage_documents()  # a bad corpus fails before Ray starts
+    staged = driver.intake.stage_documents()  # a bad corpus fails before Ray starts
     if not options.update:
         try:  # before any write: the run dir may be another run's
             check_corpus_owner(
                 options.run_dir,
                 manifest,
                 fingerprint=staged[1],
-                old_documents=part_files(driver.table_dir(DOCUMENTS)),
+                old_documents=part_files(driver.state.table_dir(DOCUMENTS)),
                 new_documents=part_files(staged[0]),
             )
         except BaseException:
@@ -227,8 +227,9 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     # untouched and no file behind), then in RUN_DIR/logs/.
     log_path = early_log = None
     if options.quiet:
-        log_path = options.run_dir / "logs" / f"run-{driver.stamp}.log"
-        early_log = driver.run_dir.parent / f".{driver.run_dir.name}.log-{driver.stamp}"
+        stamp = driver.state.stamp
+        log_path = options.run_dir / "logs" / f"run-{stamp}.log"
+        early_log = options.run_dir.parent / f".{options.run_dir.name}.log-{stamp}"
     try:
         with quiet_console(early_log):
             result = _run_stages(
@@ -269,17 +270,17 @@ def _run_stages(
             log_path.parent.mkdir(parents=True, exist_ok=True)
             early_log.replace(log_path)  # the open descriptors follow it
         # Resume: a part file that does not read is set aside and redone.
-        set_aside_corrupt(run_dir, stamp=driver.stamp, say=_say_run)
-        corpus_fp = driver.documents(staged)
+        set_aside_corrupt(run_dir, stamp=driver.state.stamp, say=_say_run)
+        corpus_fp = driver.intake.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
         nonce = run_nonce(
-            driver._old_manifest().get("prompt_nonce"),
+            read_manifest(run_dir).get("prompt_nonce"),
             config.fingerprint(),
             corpus_fp,
             key=prompt_key(),
         )
-        driver.stage_context = {"nonce": nonce}
+        driver.state.stage_context = {"nonce": nonce}
         manifest: dict[str, Any] = {
             "status": "running",
             "config": config.manifest_config(),
@@ -289,7 +290,7 @@ def _run_stages(
             "limit": options.limit,
             "versions": _versions(),
             "started": started,
-            "run_stamp": driver.stamp,
+            "run_stamp": driver.state.stamp,
         }
         _atomic_json(manifest_path, manifest)
         # From here on the manifest exists: whatever stops the run (a stage
@@ -341,16 +342,16 @@ def _run_stages(
             "status": "incomplete" if incomplete else "complete",
             "incomplete": incomplete,
             "finished": _utc(),
-            "stages": {k: v.as_dict() for k, v in driver.stats.items()},
+            "stages": {k: v.as_dict() for k, v in driver.state.stats.items()},
             "rows": {
                 t: _rows_in(part_files(run_dir / t))
                 for t in TABLES + (QUALIFICATION_TABLES if config.qualification else ())
             },
-            "failures": _failures(driver.stats),
+            "failures": _failures(driver.state.stats),
             "summary": "summary.json" if summary_path else None,
             "report_error": None,
             "engines": engines,
-            "wall_s": round(time.monotonic() - driver.started_at, 3),
+            "wall_s": round(time.monotonic() - driver.state.started_at, 3),
         }
     )
     _atomic_json(manifest_path, manifest)
@@ -376,7 +377,7 @@ def _run_stages(
                 headline = list(getattr(paths, "headline", ()))
     return RunResult(
         run_dir,
-        driver.stats,
+        driver.state.stats,
         summary_path,
         manifest_path,
         report_paths,

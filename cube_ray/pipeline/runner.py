@@ -11,33 +11,31 @@ reaches the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import pyarrow.parquet as pq
-
-from cube_ray import schema
-from cube_ray.config import RunConfig
 from cube_ray.console import console
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline import faults
 from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
-from cube_ray.pipeline.engine_pool import EnginePools
-from cube_ray.pipeline.method import StageSpec
 from cube_ray.pipeline.outcomes import failure_warning, outcome_counts
 from cube_ray.pipeline.parts import (
     _PENDING_PREFIX,
     StageStats,
     _count,
-    _describe,
     _rows_in,
     _safe,
+    count_unseen,
     part_files,
 )
 
 if TYPE_CHECKING:
     from ray.data import Dataset
+
+    from cube_ray.pipeline.compaction import Compaction
+    from cube_ray.pipeline.data import DataOps
+    from cube_ray.pipeline.engine_pool import EnginePools
+    from cube_ray.pipeline.method import StageSpec
+    from cube_ray.pipeline.state import RunState
 
 __all__ = ["WAVE_SEQ", "StageRunner"]
 
@@ -67,26 +65,20 @@ class _Progress:
 
 
 class StageRunner:
-    """Runs one stage spec, with retries (a part of the driver)."""
+    """Runs one stage spec (of one wave), with retries after a lost node."""
 
-    config: RunConfig
-    options: Any
-    stamp: str
-    progress: bool
-    stats: dict[str, StageStats]
-    engines: EnginePools
-    stage_context: dict[str, Any]
-    """Constructor arguments every stage gets (the run's nonce)."""
-    table_dir: Callable[[str], Path]
-    write_parts: Callable[..., Iterator[dict[str, Any]]]
-    _todo_small: Callable[..., Any]
-    _todo_join: Callable[..., Any]
-    _compact_small: Callable[..., None]
-    _compact_retrying: Callable[..., None]
-
-    def _say(self, text: str) -> None:
-        if self.progress:
-            print(f"cube-ray: {text}", file=console())
+    def __init__(
+        self,
+        state: RunState,
+        *,
+        data: DataOps,
+        compaction: Compaction,
+        engines: EnginePools,
+    ) -> None:
+        self._state = state
+        self._data = data
+        self._compaction = compaction
+        self._engines = engines
 
     def run_stage(
         self, spec: StageSpec, *, inputs: Dataset, expected: int, wave: int = 0
@@ -99,14 +91,14 @@ class StageRunner:
         one after another; their statistics add up under the stage's label.
         """
         label = spec.label
-        earlier = self.stats.get(label) if wave else None
+        earlier = self._state.stats.get(label) if wave else None
         stats = StageStats(expected=expected)
         start = time.monotonic()
         try:
             self._run_stage(spec, stats, inputs, first_seq=wave * WAVE_SEQ)
         finally:
             stats.seconds = time.monotonic() - start
-            self.stats[label] = earlier.plus(stats) if earlier else stats
+            self._state.stats[label] = earlier.plus(stats) if earlier else stats
 
     def _run_stage(
         self, spec: StageSpec, stats: StageStats, inputs: Dataset, *, first_seq: int
@@ -138,44 +130,33 @@ class StageRunner:
             assert cause is not None
             failures = 1 if stats.written > written_at_failure else failures + 1
             written_at_failure = stats.written
-            retries = self.config.ray.stage_retries
+            retries = self._state.config.ray.stage_retries
             if failures > retries or not faults.is_infra_failure(cause):
                 raise cause
             first_seq = failure.next_seq
             reason = faults.infra_reason(cause)
             stats.retries.append(reason)
-            self._say(
+            self._state.say(
                 f"{self._shown(label, first_seq)}: {reason}; {stats.written} rows "
                 "are written, "
                 f"retrying the rest (retry {failures} of at most {retries} in a "
                 "row without progress)"
             )
-            self._await_node_loss(label, nodes_before, failures)
+            self._state.await_node_loss(label, nodes_before, failures)
         # A failed attempt's writer tasks may have renamed a file after it
         # was counted; the next attempt skipped its rows: count them now.
         for stem in stems[:-1]:
-            self._count_unseen(stats, self.table_dir(spec.table), stem, seen)
+            count_unseen(stats, self._state.table_dir(spec.table), stem, seen)
 
     def _shown(self, label: str, first_seq: int) -> str:
         """A stage's name in messages: with its wave when there are waves."""
-        if self.config.ray.waves == 1:
+        if self._state.config.ray.waves == 1:
             return label
         return f"{label}@{first_seq // WAVE_SEQ + 1}"
 
     def _stem(self, label: str, first_seq: int) -> str:
         """Name prefix of the part files of one attempt of a stage."""
-        return f"part-{self.stamp}-{_safe(label)}-{first_seq:06d}"
-
-    def _await_node_loss(
-        self, label: str, nodes_before: set[str], failures: int
-    ) -> None:
-        faults.await_node_loss(
-            label,
-            nodes_before,
-            failures,
-            wait_s=self.config.ray.node_loss_wait_s,
-            say=self._say,
-        )
+        return f"part-{self._state.stamp}-{_safe(label)}-{first_seq:06d}"
 
     def _run_stage_once(
         self,
@@ -191,10 +172,11 @@ class StageRunner:
 
         ``seen``: the part files this stage run has counted (name -> rows).
         """
+        state, compaction = self._state, self._compaction
         label, key, expected = spec.label, spec.key, stats.expected
         shown = self._shown(label, first_seq)
         start = time.monotonic()
-        table_dir = self.table_dir(spec.table)
+        table_dir = state.table_dir(spec.table)
         existing = part_files(table_dir, label)
         # Set while a stage adds rows to a table that had rows: a crash before
         # the compaction that follows leaves stale rows, so the next run
@@ -204,12 +186,12 @@ class StageRunner:
         todo = inputs
         stale: set[str] | None = None
         if existing:
-            small = _rows_in(existing) <= self.config.ray.driver_resume_rows
+            small = _rows_in(existing) <= state.config.ray.driver_resume_rows
             try:
                 if small:
-                    todo, stale = self._todo_small(inputs, existing, key)
+                    todo, stale = compaction.todo_small(inputs, existing, key)
                 else:
-                    todo = self._todo_join(inputs, existing, key, expected)
+                    todo = compaction.todo_join(inputs, existing, key, expected)
                 n_todo = todo.count()
             except Exception as exc:
                 raise faults.StageInterrupted(first_seq) from exc
@@ -217,10 +199,10 @@ class StageRunner:
                 stats.skipped = expected - n_todo
             if n_todo == 0:
                 if was_pending:
-                    self._compact_retrying(spec.table, label, inputs, expected)
+                    compaction.compact_retrying(spec.table, label, inputs, expected)
                     pending.unlink(missing_ok=True)
                 elif first_attempt:
-                    self._say(f"{shown}: all {expected} rows already done, skipped")
+                    state.say(f"{shown}: all {expected} rows already done, skipped")
                 return
             pending.touch()
         try:
@@ -231,9 +213,9 @@ class StageRunner:
             raise faults.StageInterrupted(first_seq) from exc
         out = self._map(spec, todo)
         stem = self._stem(label, first_seq)
-        bar = _Progress(self.progress, shown, expected - stats.skipped - stats.written)
+        bar = _Progress(state.progress, shown, expected - stats.skipped - stats.written)
         try:
-            for info in self.write_parts(
+            for info in self._data.write_parts(
                 out, table_dir, stem=stem, key=key, schema_=spec.out_schema
             ):
                 if info["file"] not in seen:
@@ -244,23 +226,23 @@ class StageRunner:
             # Whatever the failure (Ctrl-C included), part files already
             # written are complete: keep them, and count those whose
             # description did not arrive.
-            self._count_unseen(stats, table_dir, stem, seen)
+            count_unseen(stats, table_dir, stem, seen)
             if not isinstance(exc, Exception):
                 raise
             raise faults.StageInterrupted(first_seq + 1) from exc
         finally:
             bar.close()
-        written = self._count_unseen(stats, table_dir, stem, seen)
+        written = count_unseen(stats, table_dir, stem, seen)
         if existing and (written or was_pending):
             if stale is not None and not was_pending:
-                self._compact_small(spec.table, label, existing, stale)
+                compaction.compact_small(spec.table, label, existing, stale)
             else:
                 # An interrupted earlier run may have left a key with rows of
                 # two hashes: only the join with the current inputs settles it.
-                self._compact_retrying(spec.table, label, inputs, expected)
+                compaction.compact_retrying(spec.table, label, inputs, expected)
             pending.unlink(missing_ok=True)
         counted = outcome_counts(stats.statuses)
-        self._say(
+        state.say(
             f"{shown}: {written} rows written"
             + (f" ({counted})" if counted else "")
             + f", {stats.skipped} skipped ({time.monotonic() - start:.1f} s)"
@@ -277,8 +259,9 @@ class StageRunner:
 
     def _rerun_command(self) -> str:
         """The command that redoes this run's failed rows."""
-        config = self.options.config_path or "CONFIG"
-        return f"cube-ray run {config} --out {self.options.run_dir} --retry-failed"
+        options = self._state.options
+        config = options.config_path or "CONFIG"
+        return f"cube-ray run {config} --out {options.run_dir} --retry-failed"
 
     def _map(self, spec: StageSpec, todo: Dataset) -> Dataset:
         """The stage over the rows to do, one output block per input block.
@@ -293,11 +276,11 @@ class StageRunner:
 
         kwargs = {
             **spec.stage_kwargs,
-            **self.stage_context,
-            "call_log": self.options.call_log,
+            **self._state.stage_context,
+            "call_log": self._state.options.call_log,
         }
         if spec.engines:
-            kwargs["engine_factory"] = self.engines.factory(
+            kwargs["engine_factory"] = self._engines.factory(
                 spec.engines, stage=spec.label
             )
         pool = spec.pool
@@ -317,20 +300,6 @@ class StageRunner:
             fn_kwargs={"stage_cls": spec.stage_cls, "kwargs": kwargs},
             batch_format="pyarrow",
             batch_size=pool.batch_size,
-            num_cpus=self.config.ray.task_num_cpus,
+            num_cpus=self._state.config.ray.task_num_cpus,
             compute=ray.data.TaskPoolStrategy(size=pool.max_size),
         )
-
-    def _count_unseen(
-        self, stats: StageStats, table_dir: Path, stem: str, seen: dict[str, int]
-    ) -> int:
-        """Count the files of one attempt not yet described; its rows written."""
-        cols = [schema.STATUS, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS]
-        for f in table_dir.glob(f"{stem}-*.parquet") if table_dir.is_dir() else []:
-            if f.name not in seen:
-                pf = pq.ParquetFile(f)
-                names = set(pf.schema_arrow.names)
-                t = pf.read(columns=[c for c in cols if c in names])
-                _count(stats, _describe(f.name, t))
-                seen[f.name] = pf.metadata.num_rows
-        return sum(seen.values())

@@ -15,14 +15,12 @@ from __future__ import annotations
 import shutil
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cube_ray import schema
-from cube_ray.config import RunConfig
 from cube_ray.corpus import stable_hash
 from cube_ray.errors import ConfigError, InputError
 from cube_ray.pipeline.parts import _swap_dir, part_files
@@ -31,6 +29,7 @@ if TYPE_CHECKING:
     import polars as pl
     from ray.data import Dataset
 
+    from cube_ray.pipeline.state import RunState
     from cube_ray.sample import SampleState
 
 # Polars and cube_ray.sample are imported where used: the stage workers, which
@@ -67,20 +66,21 @@ class _Draw:
 
 
 class SampleSelection:
-    """The sample of one run (a part of the driver)."""
+    """The sample of one run: its strata while staging, then its draw."""
 
-    config: RunConfig
-    options: Any
-    run_dir: Path
-    _draw: _Draw | None = None
-    _strata: list[pa.Table] | None = None
-    _filled: set[str] | None = None
+    def __init__(self, state: RunState) -> None:
+        self._state = state
+        self._draw: _Draw | None = None
+        self._strata: list[pa.Table] | None = None
+        """``doc_id, stratum`` of each staged batch, until the draw."""
+        self._filled: set[str] | None = None
+        """The strata fields some staged record has a value for."""
 
     def collect_strata(self, batch: pa.Table) -> pa.Table:
         """Keep a staged batch's ``doc_id, stratum``; the batch without them."""
         from cube_ray.sample import STRATUM, stratum_key
 
-        sample = self.config.sample
+        sample = self._state.config.sample
         kept = [c for c in batch.column_names if c.startswith(_FIELD)]
         if sample is None:
             return batch.drop_columns(kept)
@@ -119,7 +119,7 @@ class SampleSelection:
 
         from cube_ray.sample import STRATUM, SampleState, sample_block, sample_order
 
-        cfg = self.config.sample
+        cfg = self._state.config.sample
         if cfg is None:
             return
         empty = [f for f in cfg.strata if f not in (self._filled or set())]
@@ -128,7 +128,7 @@ class SampleSelection:
                 f"sample.strata names {empty}, which no record has a value for; "
                 "name corpus fields that hold the strata (e.g. a region field)"
             )
-            raise InputError(msg, path=self.config.corpus.path, field=empty[0])
+            raise InputError(msg, path=self._state.config.corpus.path, field=empty[0])
         parts = self._strata or []
         population = pl.from_arrow(pa.concat_tables(parts))
         assert isinstance(population, pl.DataFrame)
@@ -165,10 +165,10 @@ class SampleSelection:
 
         from cube_ray.sample import ORDER, RULE, SAMPLE_DIR, read_sample
 
-        state = read_sample(self.run_dir)
+        state = read_sample(self._state.run_dir)
         if state is not None:
             old = (
-                pl.scan_parquet(self.run_dir / SAMPLE_DIR / "sample.parquet")
+                pl.scan_parquet(self._state.run_dir / SAMPLE_DIR / "sample.parquet")
                 .filter(pl.col(ORDER) < state.size)
                 .select(schema.DOC_ID)
                 .collect()
@@ -186,8 +186,8 @@ class SampleSelection:
                     f"by {RULE!r}: the same config draws other documents now"
                 )
             return set(old[schema.DOC_ID].to_list()), what, old_rule
-        files = part_files(self.run_dir / "questions")
-        if not files or self.config.questions.source == "file":
+        files = part_files(self._state.run_dir / "questions")
+        if not files or self._state.config.questions.source == "file":
             return set(), "", False
         done = pl.scan_parquet(files).select(schema.DOC_ID).unique().collect()
         ids = set(done[schema.DOC_ID].to_list())
@@ -197,14 +197,14 @@ class SampleSelection:
         old, what, old_rule = self._previous_sample()
         if not old:
             return
-        cfg = self.config.sample
+        cfg = self._state.config.sample
         assert cfg is not None
         population = set(order[schema.DOC_ID].to_list())
         left_out = sorted((old & population) - set(ids.to_pylist()))
-        if not left_out or self.options.shrink:
+        if not left_out or self._state.options.shrink:
             return
         msg = (
-            f"sample: run dir {self.run_dir} holds {what}; this config's sample "
+            f"sample: run dir {self._state.run_dir} holds {what}; this config's sample "
             f"(size {cfg.size}, seed {cfg.seed}, strata {cfg.strata}) leaves out "
             f"{len(left_out)} of those documents (e.g. {left_out[0]!r}). Samples "
             "grow, they do not shrink: raise sample.size (same seed and strata), "
@@ -213,7 +213,7 @@ class SampleSelection:
         )
         if old_rule:
             msg = (
-                f"sample: run dir {self.run_dir} holds {what}. This config's "
+                f"sample: run dir {self._state.run_dir} holds {what}. This config's "
                 f"sample (size {cfg.size}) leaves out {len(left_out)} of those "
                 f"documents (e.g. {left_out[0]!r}). Pass --shrink to keep every "
                 "row and evaluate the new rule's sample (questions are asked for "
@@ -226,12 +226,12 @@ class SampleSelection:
         """Write ``RUN_DIR/sample/`` (or remove it for a run without a sample)."""
         from cube_ray.sample import SAMPLE_DIR, write_sample
 
-        target = self.run_dir / SAMPLE_DIR
+        target = self._state.run_dir / SAMPLE_DIR
         if self._draw is None:
             if target.exists():  # the run covers every document again
                 shutil.rmtree(target)
             return
-        staging = self.run_dir / f".staging-sample-{uuid.uuid4().hex[:8]}"
+        staging = self._state.run_dir / f".staging-sample-{uuid.uuid4().hex[:8]}"
         write_sample(staging, self._draw.order, self._draw.state)
         _swap_dir(staging, target)
 
@@ -257,5 +257,5 @@ class SampleSelection:
             cast("Any", _keep_sampled),
             fn_kwargs={"ids": [ref]},
             batch_format="pyarrow",
-            num_cpus=self.config.ray.task_num_cpus,
+            num_cpus=self._state.config.ray.task_num_cpus,
         )

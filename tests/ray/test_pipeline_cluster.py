@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from cube_ray import pipeline
 from cube_ray.config import RunConfig
 from cube_ray.pipeline import RunOptions, RunResult, part_files, run_pipeline
+from cube_ray.pipeline.runner import StageRunner
 from tests.pipeline_helpers import (
     assert_complete,
     fake_config,
@@ -84,14 +84,14 @@ def test_routing_and_node_loss(
     # j2 stage starts, so that stage's first Ray Data work (listing Parquet
     # footers on actors spread over every node) meets a node Ray still thinks
     # alive. That is how CI lost two runs.
-    real_run_stage = pipeline._Driver.run_stage
+    real_run_stage = StageRunner.run_stage
 
-    def run_stage(driver: Any, spec: Any, **kwargs: Any) -> None:
+    def run_stage(runner: Any, spec: Any, **kwargs: Any) -> None:
         if spec.label == "scores:j2":
             cluster.remove_node(judge_c, allow_graceful=False)
-        real_run_stage(driver, spec, **kwargs)
+        real_run_stage(runner, spec, **kwargs)
 
-    monkeypatch.setattr(pipeline._Driver, "run_stage", run_stage)
+    monkeypatch.setattr(StageRunner, "run_stage", run_stage)
 
     def target() -> None:
         try:

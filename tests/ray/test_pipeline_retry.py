@@ -20,6 +20,7 @@ import pytest
 from cube_ray import pipeline, schema
 from cube_ray.config import RunConfig
 from cube_ray.pipeline import RunOptions, data, part_files, run_pipeline
+from cube_ray.pipeline.runner import StageRunner
 from tests.pipeline_helpers import (
     assert_complete,
     fake_config,
@@ -53,13 +54,13 @@ class _FailOnce:
         # Per driver thread: stages may run side by side (ray.overlap).
         self.current = threading.local()
         self.fired = 0
-        real_once = pipeline._Driver._run_stage_once
+        real_once = StageRunner._run_stage_once
         real_blocks = data._blocks
 
-        def run_once(driver: Any, spec: Any, **kwargs: Any) -> None:
+        def run_once(runner: Any, spec: Any, **kwargs: Any) -> None:
             self.current.label = spec.label
             try:
-                real_once(driver, spec, **kwargs)
+                real_once(runner, spec, **kwargs)
             finally:
                 self.current.label = None
 
@@ -72,7 +73,7 @@ class _FailOnce:
                     raise self.error
                 yield block
 
-        monkeypatch.setattr(pipeline._Driver, "_run_stage_once", run_once)
+        monkeypatch.setattr(StageRunner, "_run_stage_once", run_once)
         monkeypatch.setattr(data, "_blocks", blocks)
 
 

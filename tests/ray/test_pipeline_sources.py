@@ -86,10 +86,10 @@ def test_driver_and_ray_data_build_the_same_sources(
     on_driver = make_driver(tmp_path / "a")
     with_ray = make_driver(tmp_path / "b", driver_source_mb=0)
     for driver in (on_driver, with_ray):
-        _write_tables(driver.run_dir)
-        driver.n_docs = N_DOCS
-        driver.n_questions = N_DOCS
-    assert with_ray._source_on_driver(ANSWERS) is None
+        _write_tables(driver.state.run_dir)
+        driver.state.n_docs = N_DOCS
+        driver.state.n_questions = N_DOCS
+    assert with_ray.sources.on_driver(ANSWERS) is None
     expected_rows = {
         DOCUMENTS: N_DOCS,
         QUESTIONS: N_DOCS,
@@ -101,21 +101,21 @@ def test_driver_and_ray_data_build_the_same_sources(
     # with waves, the answers of the second wave.
     compared = [DOCUMENTS, ANSWERS] if waves == 1 else [ANSWERS]
     for name, total in expected_rows.items():
-        assert on_driver._source_on_driver(name) is not None, name
+        assert on_driver.sources.on_driver(name) is not None, name
         seen = 0
         for wave in range(waves):
-            a, count_a = on_driver._wave_source(name, wave, waves)
+            a, count_a = on_driver.sources.wave_source(name, wave, waves)
             rows = _rows(a)
             assert count_a == len(rows)
             seen += len(rows)
             if name in compared and wave == min(1, waves - 1):
-                b, count_b = with_ray._wave_source(name, wave, waves)
+                b, count_b = with_ray.sources.wave_source(name, wave, waves)
                 assert rows == _rows(b), (name, wave)
                 if waves > 1:
                     assert count_b == count_a
         assert seen == total, name
     # The joined source carries the document and both hashes.
-    row = _rows(on_driver._wave_source(ANSWERS, 0, 1)[0])[0]
+    row = _rows(on_driver.sources.wave_source(ANSWERS, 0, 1)[0])[0]
     assert set(row) == set(JUDGE_SOURCE)
     assert row[ANSWER_HASH].startswith("ah-")
     assert row[DOC_HASH].startswith("h-")

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cube_ray import pipeline, schema
+from cube_ray.pipeline.parts import count_unseen
 from cube_ray.stages import NODE_ID
 
 KEY = (schema.QUESTION_ID, schema.SYSTEM)
@@ -112,8 +113,7 @@ def test_files_whose_description_never_arrived_are_counted_once(
     pipeline._count(stats, seen_info)
     seen = {seen_info["file"]: seen_info["rows"]}
 
-    driver = object.__new__(pipeline._Driver)
-    written = driver._count_unseen(stats, tmp_path, stem, seen)
+    written = count_unseen(stats, tmp_path, stem, seen)
 
     assert written == 5  # this attempt's files only
     assert stats.written == 5
@@ -121,7 +121,7 @@ def test_files_whose_description_never_arrived_are_counted_once(
     assert stats.statuses == {"ok": 3, "timeout": 2}
     assert stats.nodes == {"n1": 2}  # an undescribed file names no node
     assert len(seen) == 2
-    assert driver._count_unseen(stats, tmp_path, stem, seen) == 5
+    assert count_unseen(stats, tmp_path, stem, seen) == 5
     assert stats.written == 5  # counted once
 
 

@@ -53,7 +53,7 @@ def test_read_settings_are_set_for_the_read_call_only(
 
     monkeypatch.setattr(ray.data, "read_parquet", read_parquet)
     files = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
-    assert driver.read_files(files, ["doc_id"]) == "dataset"
+    assert driver.data.read_files(files, ["doc_id"]) == "dataset"
     assert seen == [(expected, [str(f) for f in files], ["doc_id"])]
     assert tuple(os.environ.get(name) for name in VARS) == (before, before)
 
@@ -74,7 +74,7 @@ def test_read_settings_are_restored_when_the_read_fails(
 
     monkeypatch.setattr(ray.data, "read_parquet", read_parquet)
     with pytest.raises(FileNotFoundError):
-        driver.read_files([tmp_path / "gone.parquet"])
+        driver.data.read_files([tmp_path / "gone.parquet"])
     assert not any(name in os.environ for name in VARS)
 
 
@@ -123,6 +123,6 @@ def test_ray_listing_race_stays_off_the_console(
     ]
     seen.clear()
     monkeypatch.setattr(ray.data, "read_parquet", lambda paths, **kwargs: "dataset")
-    make_driver(tmp_path).read_files([tmp_path / "a.parquet"])
+    make_driver(tmp_path).data.read_files([tmp_path / "a.parquet"])
     assert listing() == [1, 2, 3]
     assert seen == []

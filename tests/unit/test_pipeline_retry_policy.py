@@ -49,17 +49,17 @@ class _Script:
 
 
 def _run(driver: pipeline._Driver, script: _Script, mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(driver, "_run_stage_once", script.run_once)
-    mp.setattr(driver, "_await_node_loss", script.await_loss)
+    mp.setattr(driver.runner, "_run_stage_once", script.run_once)
+    mp.setattr(driver.state, "await_node_loss", script.await_loss)
     spec = pipeline.StageSpec(
         "scores:j1",
         "scores",
         object,
         {},
         pipeline.Inputs("answers", lambda batch: batch, {}),
-        driver.config.generator.pool,
+        driver.state.config.generator.pool,
     )
-    driver.run_stage(spec, inputs=None, expected=100)  # type: ignore[arg-type]
+    driver.runner.run_stage(spec, inputs=None, expected=100)  # type: ignore[arg-type]
 
 
 def test_retries_in_a_row_without_progress_are_bounded(
@@ -72,7 +72,7 @@ def test_retries_in_a_row_without_progress_are_bounded(
     assert type(info.value).__name__ == "NodeDiedError"
     assert script.attempts == 3
     assert script.waits == [1, 2]
-    assert len(driver.stats["scores:j1"].retries) == 2
+    assert len(driver.state.stats["scores:j1"].retries) == 2
     # Part numbering continues where the failed attempt stopped.
     assert script.first_seqs == [0, 10, 20]
 
@@ -88,7 +88,7 @@ def test_a_retry_that_writes_rows_resets_the_count(
     _run(driver, script, monkeypatch)
     assert script.attempts == 5
     assert script.waits == [1, 1, 1, 1]
-    stats = driver.stats["scores:j1"]
+    stats = driver.state.stats["scores:j1"]
     assert stats.written == 100
     assert len(stats.retries) == 4
     assert all("NodeDiedError" in r for r in stats.retries)
@@ -133,7 +133,7 @@ def _await(
     monkeypatch.setattr(faults, "alive_nodes", lambda: next(seen, last))
     monkeypatch.setattr(faults.time, "monotonic", clock.monotonic)
     monkeypatch.setattr(faults.time, "sleep", clock.sleep)
-    driver._await_node_loss("scores:j1", {"a", "b", "c"}, failures)
+    driver.state.await_node_loss("scores:j1", {"a", "b", "c"}, failures)
     return clock
 
 

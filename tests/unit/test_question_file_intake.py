@@ -36,7 +36,7 @@ def test_question_file_is_staged_with_the_full_questions_schema(
     )
     options = RunOptions(run_dir=tmp_path / "run", progress=False, report=False)
     driver = pipeline._Driver(RunConfig.from_yaml(cfg), options)
-    driver.documents(driver.stage_documents())  # no Ray needed for the intake
+    driver.intake.documents(driver.intake.stage_documents())  # no Ray needed
 
     files = part_files(tmp_path / "run" / "questions")
     assert files
@@ -54,7 +54,7 @@ def test_question_file_is_staged_with_the_full_questions_schema(
     # Nobody generated these questions: no latency, no token counts.
     for col in (schema.LATENCY_S, schema.PROMPT_TOKENS, schema.COMPLETION_TOKENS):
         assert table.column(col).null_count == len(rows)
-    assert driver.n_questions == 5
+    assert driver.state.n_questions == 5
 
 
 def test_questions_table_refuses_a_missing_required_column() -> None:
@@ -81,12 +81,12 @@ def _driver(
 
 def test_limit_keeps_the_questions_about_the_first_documents(tmp_path: Path) -> None:
     driver, picked = _driver(tmp_path, 2)
-    staged = driver.stage_documents()
+    staged = driver.intake.stage_documents()
     first = sorted(q["gold_doc_id"] for q in picked)[:2]  # the corpus is sorted
     assert staged[2] is not None
     assert sorted(staged[2].column(schema.DOC_ID).to_pylist()) == first
-    driver.documents(staged)
-    assert driver.n_questions == 2
+    driver.intake.documents(staged)
+    assert driver.state.n_questions == 2
 
 
 def test_limit_with_no_question_on_the_first_documents_is_one_error(
@@ -104,7 +104,7 @@ def test_limit_with_no_question_on_the_first_documents_is_one_error(
         encoding="utf-8",
     )
     with pytest.raises(InputError, match="first 1 corpus documents") as err:
-        driver.stage_documents()
+        driver.intake.stage_documents()
     assert f"file {path}" in str(err.value)
     assert "field 'gold_doc_id'" in str(err.value)
     assert not (tmp_path / "run").exists()

@@ -340,10 +340,10 @@ def test_dir_sampled_by_the_old_key_rule(
         return _Driver(RunConfig.from_yaml(cfg_path), options)
 
     with pytest.raises(ConfigError, match="earlier sample rule"):
-        driver(shrink=False).stage_documents()
+        driver(shrink=False).intake.stage_documents()
     shrunk = driver(shrink=True)
-    staging, _, _ = shrunk.stage_documents()
-    shrunk.write_sample_dir()
+    staging, _, _ = shrunk.intake.stage_documents()
+    shrunk.sample.write_sample_dir()
     shutil.rmtree(staging)
     state = read_sample(run_dir)
     assert state is not None
