@@ -19,7 +19,7 @@ from cube_ray.cli import main
 from cube_ray.config import RunConfig
 from cube_ray.credentials import MASK, mask
 from cube_ray.engines.config import OpenAIHttpEngineConfig
-from cube_ray.engines.openai_http import OpenAIHttpEngine
+from cube_ray.engines.openai_http._request import build_payload
 from cube_ray.errors import ConfigError
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
@@ -376,8 +376,7 @@ def test_engine_fields_win_over_extra_body_in_the_request() -> None:
             "extra_body": {"temperature": 1.5, "model": "other", "top_k": 3},
         }
     )
-    engine = OpenAIHttpEngine(cfg)
-    payload = engine._payload("p", {"temperature": 0.0, "max_tokens": 4}, None)
+    payload = build_payload(cfg, "p", {"temperature": 0.0, "max_tokens": 4}, None)
     assert payload["temperature"] == 0.0
     assert payload["model"] == "m"
     assert payload["top_k"] == 3
