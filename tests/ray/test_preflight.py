@@ -20,7 +20,6 @@ from cube_ray.cli import main
 from cube_ray.config import RunConfig
 from cube_ray.errors import ClusterError
 from cube_ray.preflight import (
-    _probe,
     check_endpoints,
     check_env,
     check_model_paths,
@@ -28,6 +27,7 @@ from cube_ray.preflight import (
     live_nodes,
     preflight,
 )
+from cube_ray.preflight._nodes import _probe
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file
 
 pytestmark = [pytest.mark.ray]

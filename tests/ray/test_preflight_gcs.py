@@ -40,7 +40,7 @@ def test_autoscaler_node_types_from_the_gcs(
 
     monkeypatch.delenv("CUBE_RAY_AUTOSCALER_CONFIG", raising=False)
     monkeypatch.setattr(  # no ~/ray_bootstrap_config.yaml of `ray up`
-        "cube_ray.preflight.BOOTSTRAP_CONFIG", str(tmp_path / "absent.yaml")
+        "cube_ray.preflight._cluster.BOOTSTRAP_CONFIG", str(tmp_path / "absent.yaml")
     )
     ray.init(address="local", num_cpus=4, include_dashboard=False)
     try:

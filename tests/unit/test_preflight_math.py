@@ -46,10 +46,10 @@ def test_autoscaler_node_types_count_and_unknown_cpu() -> None:
 def test_the_gcs_keys_are_ray_s_own() -> None:
     import ray._raylet as raylet
 
-    from cube_ray import preflight
+    from cube_ray.preflight import _cluster
 
-    assert preflight._GCS_AUTOSCALER_NAMESPACE == raylet.GCS_AUTOSCALER_STATE_NAMESPACE
-    assert preflight._GCS_CLUSTER_CONFIG_KEY == raylet.GCS_AUTOSCALER_CLUSTER_CONFIG_KEY
+    assert _cluster._GCS_AUTOSCALER_NAMESPACE == raylet.GCS_AUTOSCALER_STATE_NAMESPACE
+    assert _cluster._GCS_CLUSTER_CONFIG_KEY == raylet.GCS_AUTOSCALER_CLUSTER_CONFIG_KEY
 
 
 def test_without_node_types_the_message_says_how_to_give_them() -> None:

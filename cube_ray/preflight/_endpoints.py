@@ -1,0 +1,233 @@
+"""HTTP model endpoints: each lists its model, and one timed probe request each.
+
+``check_endpoints`` fails when a server is down or serves another model;
+``probe_endpoints`` sends one request per ``openai_http`` engine, of the size
+of its own requests, and warns (never fails) when it is slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from cube_ray.config import RunConfig
+from cube_ray.engines.config import OpenAIHttpEngineConfig
+from cube_ray.errors import ClusterError
+from cube_ray.preflight._resources import Say
+from cube_ray.systems.kinds import system_kind
+
+__all__ = [
+    "PROBE_PROMPT",
+    "PROBE_TIMED_OUT",
+    "PROBE_WARN_SHARE",
+    "check_endpoints",
+    "probe_endpoints",
+    "probe_warning",
+]
+
+
+def _endpoints(config: RunConfig) -> list[tuple[str, str, str, str | None]]:
+    """(config path, base URL, model, API key variable) of each HTTP model."""
+    out = []
+    engines = [
+        ("generator", config.generator),
+        *((f"judges.{n}", e) for n, e in config.judges.items()),
+    ]
+    for where, engine in engines:
+        if isinstance(engine, OpenAIHttpEngineConfig):
+            out.append((where, engine.base_url, engine.model, engine.api_key_env))
+    for s in config.systems:
+        out += [
+            (e.field, e.base_url, e.model, e.api_key_env)
+            for e in system_kind(s).endpoints(s)
+        ]
+    return out
+
+
+def check_endpoints(config: RunConfig, *, timeout_s: float = 10.0) -> None:
+    """Every HTTP model endpoint lists its configured model at ``GET /models``.
+
+    Raises:
+        ClusterError: Naming the engine, the URL and what came back.
+    """
+    problems = []
+    for where, base, model, key_env in _endpoints(config):
+        url = base.rstrip("/") + "/models"
+        request = urllib.request.Request(url)
+        key = os.environ.get(key_env) if key_env else None
+        if key:
+            request.add_header("Authorization", f"Bearer {key}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                body = json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            problems.append(f"{where}: GET {url} answered HTTP {exc.code}")
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append(f"{where}: GET {url} failed ({exc})")
+            continue
+        data = body.get("data") if isinstance(body, dict) else None
+        served = [str(m.get("id")) for m in data or [] if isinstance(m, dict)]
+        if model not in served:
+            problems.append(
+                f"{where}: {url} serves {served}, not {model!r}; set the model "
+                "to one of them"
+            )
+    if problems:
+        raise ClusterError(
+            "HTTP model endpoints are not ready:\n  - "
+            + "\n  - ".join(problems)
+            + "\nFix: start the server (or correct base_url / model) and retry"
+        )
+
+
+PROBE_WARN_SHARE = 0.5
+"""A probe request that takes more than this share of its engine's
+``timeout_s`` gets a warning: under the run's load (``max_concurrency``
+requests per actor, longer prompts) real requests are slower than one probe."""
+PROBE_PROMPT = (
+    "Describe, step by step and in detail, how a citizen applies for a passport: "
+    "eligibility, documents, where to apply, fees and processing time."
+)
+"""A request like the run's answers: one that asks for a long reply."""
+PROBE_TIMED_OUT = "timed out"
+
+
+def _probe_max_tokens(engine: OpenAIHttpEngineConfig, *, judge: bool) -> int:
+    """``max_tokens`` of the engine's own requests (answers, or scores)."""
+    return engine.score_max_tokens if judge else engine.sampling.max_tokens
+
+
+def probe_warning(
+    where: str,
+    engine: OpenAIHttpEngineConfig,
+    *,
+    max_tokens: int,
+    elapsed_s: float,
+    completion_tokens: int | None,
+    error: str | None = None,
+) -> str | None:
+    """The warning for one probe request, or None when it was quick enough.
+
+    A reply shorter than ``max_tokens`` is scaled up to it (decode time grows
+    with the tokens written), so a model that stopped early still shows how
+    long a full-length answer would take.
+
+    >>> from cube_ray.engines.config import OpenAIHttpEngineConfig as Http
+    >>> gen = Http(base_url="http://h/v1", model="m", timeout_s=60)
+    >>> print(probe_warning("generator", gen, max_tokens=512, elapsed_s=20.0,
+    ...       completion_tokens=256))  # doctest: +NORMALIZE_WHITESPACE
+    generator: a probe request to http://h/v1 took 20.0 s for 256 tokens; a
+    reply of max_tokens 512 would take about 40 s, 67% of timeout_s (60 s, which
+    bounds one request; up to max_concurrency 8 requests per actor share the
+    server during the run). Raise generator.timeout_s before a long run.
+    >>> probe_warning("generator", gen, max_tokens=512, elapsed_s=5.0,
+    ...               completion_tokens=512) is None
+    True
+    """
+    limit = engine.timeout_s
+    shared = (
+        f"which bounds one request; up to max_concurrency {engine.max_concurrency} "
+        "requests per actor share the server during the run"
+    )
+    fix = f"Raise {where}.timeout_s before a long run."
+    if error == PROBE_TIMED_OUT:
+        return (
+            f"{where}: a probe request to {engine.base_url} did not finish within "
+            f"timeout_s ({limit:g} s, {shared}). {fix}"
+        )
+    if error is not None:
+        return (
+            f"{where}: a probe request to {engine.base_url} failed ({error}); the "
+            "run's requests may fail the same way (their rows get a failure "
+            "status). Check the server's log before a long run."
+        )
+    estimate = elapsed_s
+    if completion_tokens and completion_tokens < max_tokens:
+        estimate = elapsed_s * max_tokens / completion_tokens
+    if estimate <= PROBE_WARN_SHARE * limit:
+        return None
+    took = f"took {elapsed_s:.1f} s"
+    if completion_tokens:
+        took += f" for {completion_tokens} tokens"
+    scaled = (
+        f"; a reply of max_tokens {max_tokens} would take about {estimate:.0f} s"
+        if estimate != elapsed_s
+        else ""
+    )
+    return (
+        f"{where}: a probe request to {engine.base_url} {took}{scaled}, "
+        f"{estimate / limit:.0%} of timeout_s ({limit:g} s, {shared}). {fix}"
+    )
+
+
+def _probe_request(
+    engine: OpenAIHttpEngineConfig, max_tokens: int
+) -> tuple[float, int | None, str | None]:
+    """One request as the engine sends them: seconds, tokens written, error."""
+    body: dict[str, Any] = {
+        **engine.extra_body,
+        "model": engine.model,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    if engine.api == "chat":
+        path = "chat/completions"
+        body["messages"] = [{"role": "user", "content": PROBE_PROMPT}]
+    else:
+        path, body["prompt"] = "completions", PROBE_PROMPT
+    request = urllib.request.Request(
+        engine.base_url.rstrip("/") + "/" + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    key = os.environ.get(engine.api_key_env) if engine.api_key_env else None
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=engine.timeout_s) as response:
+            reply = json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)  # URLError wraps the socket's error
+        if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError):
+            return time.monotonic() - start, None, PROBE_TIMED_OUT
+        # The key is only in a header; an error text never holds it.
+        return time.monotonic() - start, None, f"{type(exc).__name__}: {exc}"
+    elapsed = time.monotonic() - start
+    usage = reply.get("usage") if isinstance(reply, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return elapsed, tokens if isinstance(tokens, int) else None, None
+
+
+def probe_endpoints(config: RunConfig, *, say: Say) -> None:
+    """Time one request to each ``openai_http`` engine; warn when it is slow.
+
+    One request per engine, of the size of its own requests (a long answer
+    for the generator, a score for a judge), sent after ``check_endpoints``
+    found the server. Slowness is a warning, not an error: the run may still
+    fit, and the fix (``timeout_s``) is the user's choice.
+    """
+    engines = [
+        ("generator", config.generator, False),
+        *((f"judges.{n}", e, True) for n, e in config.judges.items()),
+    ]
+    for where, engine, judge in engines:
+        if not isinstance(engine, OpenAIHttpEngineConfig):
+            continue
+        max_tokens = _probe_max_tokens(engine, judge=judge)
+        elapsed, tokens, error = _probe_request(engine, max_tokens)
+        warning = probe_warning(
+            where,
+            engine,
+            max_tokens=max_tokens,
+            elapsed_s=elapsed,
+            completion_tokens=tokens,
+            error=error,
+        )
+        if warning is not None:
+            say(f"warning: {warning}")
