@@ -9,24 +9,13 @@ not apply returns None (*skipped*). :func:`fault_rows` builds the rows of the
 run's ``qualification`` table. No Ray, no engines here.
 """
 
+from cube_ray.qualification._claims import omission_fault, unsupported_fault
 from cube_ray.qualification._compose import compose_answer
 from cube_ray.qualification._document import GoldDocument, parse_fields, split_items
 from cube_ray.qualification._family import OWN_MODEL, model_key, own_model_flags
-from cube_ray.qualification._kinds import (
-    FAULT_KINDS,
-    KINDS,
-    Fault,
-    FaultFn,
-    FaultKind,
-    Span,
-    entity_fault,
-    fault_rng,
-    make_fault,
-    negation_fault,
-    number_fault,
-    omission_fault,
-    unsupported_fault,
-)
+from cube_ray.qualification._fault import Fault, FaultFn, Span, fault_rng
+from cube_ray.qualification._kinds import FAULT_KINDS, KINDS, FaultKind, make_fault
+from cube_ray.qualification._negation import negation_fault
 from cube_ray.qualification._numbers import (
     NumberToken,
     chinese_to_int,
@@ -36,6 +25,7 @@ from cube_ray.qualification._numbers import (
     plausible_other,
 )
 from cube_ray.qualification._order import seeded_sample
+from cube_ray.qualification._swap import entity_fault, number_fault
 
 __all__ = [
     "FAULT_KINDS",
