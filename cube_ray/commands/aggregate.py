@@ -2,10 +2,13 @@
 
 Usage::
 
-    cube-ray aggregate (RUN_DIR | --answers PATH --scores PATH) [--k 8]
-        [--trim 0.1] [--weights pearson|equal|FILE.json] [--bounds-on all|paired]
-        [--require-qualification] [--resamples 1000] [--seed 0]
+    cube-ray aggregate (RUN_DIR | --answers PATH --scores PATH) [--k K]
+        [--trim T] [--weights pearson|equal|FILE.json] [--bounds-on all|paired]
+        [--require-qualification] [--resamples B] [--seed S]
         [--interval bca|percentile] [--human FILE.csv] [--out FILE]
+
+Defaults (see ``--help``) come from :class:`~cube_ray.aggregate.AggregateOptions`
+and, for the bootstrap, from :func:`~cube_ray.aggregate.with_intervals`.
 
 The summary carries the headline's bootstrap intervals (``intervals``), which
 the report and ``cube-ray plan`` read. With RUN_DIR it is the summary the run
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.commands._bootstrap import bootstrap_defaults, interval_methods
 
 __all__ = ["parse_k", "register", "run"]
 
@@ -110,21 +114,28 @@ def register(subparsers: Any) -> None:
         " out of the across-judge figures (default: the run's own"
         " aggregate.require_qualification, else no; CUBE_METHOD.md section 12)",
     )
+    boot = bootstrap_defaults()  # those of the run's own summary
     parser.add_argument(
         "--resamples",
         type=int,
-        default=1000,
+        default=boot.resamples,
         metavar="B",
         help="bootstrap resamples of the questions for the headline's interval "
-        "(0: no interval; default 1000)",
+        f"(0: no interval; default {boot.resamples})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=boot.seed,
+        help=f"bootstrap seed (default {boot.seed})",
+    )
     parser.add_argument(
         "--interval",
-        choices=["percentile", "bca"],  # cube_ray.aggregate.INTERVAL_METHODS
-        default="bca",
-        help="bootstrap interval: bca (bias-corrected and accelerated, default: "
-        "its coverage was closest to 95 %% in BENCHMARKS.md) or percentile",
+        choices=interval_methods(),
+        default=boot.interval,
+        help="bootstrap interval: bca (bias-corrected and accelerated) or "
+        f"percentile (default {boot.interval}: its coverage was closest to 95 %% "
+        "in BENCHMARKS.md)",
     )
     parser.add_argument(
         "--human",
@@ -331,7 +342,8 @@ def _calibrated(
     if args.resamples < 2:
         raise ConfigError(
             f"--human needs the bootstrap (--resamples >= 2), got --resamples "
-            f"{args.resamples}; leave --resamples at its default (1000)"
+            f"{args.resamples}; leave --resamples at its default "
+            f"({bootstrap_defaults().resamples})"
         )
     return with_calibration(
         summary,

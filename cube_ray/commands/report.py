@@ -48,13 +48,16 @@ def register(subparsers: Any) -> None:
 
 def add_interval_argument(parser: Any) -> None:
     """``--interval percentile|bca`` (shared by ``report`` and ``compare``)."""
+    from cube_ray.commands._bootstrap import bootstrap_defaults, interval_methods
+
     parser.add_argument(
         "--interval",
-        choices=["percentile", "bca"],  # cube_ray.aggregate.INTERVAL_METHODS
+        choices=interval_methods(),
         default=None,
         help="bootstrap interval: percentile or bca (bias-corrected and "
-        "accelerated); default: the one summary.json records (bca, whose "
-        "coverage BENCHMARKS.md measured closest to 95 %%, when it has none)",
+        "accelerated); default: the one summary.json records "
+        f"({bootstrap_defaults().interval}, whose coverage BENCHMARKS.md measured "
+        "closest to 95 %%, when it has none)",
     )
 
 

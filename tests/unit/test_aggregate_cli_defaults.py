@@ -35,3 +35,31 @@ def test_the_help_names_the_models_defaults() -> None:
 def test_k_has_one_default() -> None:
     assert QaFileSystemConfig(path="x").k == DEFAULT_K
     assert AggregateConfig().options(system_k={}, dimension_weights={}).k == DEFAULT_K
+
+
+def test_the_bootstrap_flags_default_to_the_runs_own_intervals() -> None:
+    """--resamples/--seed/--interval default to what a run's summary uses
+    (``with_intervals``'s own defaults), and the help names those values."""
+    import inspect
+
+    from cube_ray.aggregate import DEFAULT_INTERVAL, INTERVAL_METHODS, with_intervals
+
+    params = inspect.signature(with_intervals).parameters
+    parser = build_parser()
+    args = parser.parse_args(["aggregate", "--answers", "a", "--scores", "s"])
+    assert args.resamples == params["n_resamples"].default
+    assert args.seed == params["seed"].default
+    assert args.interval == params["method"].default == DEFAULT_INTERVAL
+    sub = next(a for a in parser._actions if a.dest == "command")
+    named = {
+        "aggregate": f"(default {DEFAULT_INTERVAL}:",
+        "report": f"({DEFAULT_INTERVAL}, whose",  # when summary.json has none
+        "compare": f"({DEFAULT_INTERVAL}, whose",
+    }
+    for name, default in named.items():
+        actions = {a.dest: a for a in sub.choices[name]._actions}
+        assert tuple(actions["interval"].choices) == tuple(INTERVAL_METHODS)
+        assert default in (actions["interval"].help or "")
+    helps = {a.dest: a.help or "" for a in sub.choices["aggregate"]._actions}
+    assert f"default {args.resamples})" in helps["resamples"]
+    assert f"(default {args.seed})" in helps["seed"]
