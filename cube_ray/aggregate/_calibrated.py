@@ -40,6 +40,7 @@ from cube_ray.aggregate._bootstrap import (
     evaluate_replicates,
     fixed_judge_mean,
 )
+from cube_ray.aggregate._calibrated_checks import check_ratings, people_separation
 from cube_ray.aggregate._model import (
     CalibratedAcross,
     CalibratedFigure,
@@ -48,6 +49,12 @@ from cube_ray.aggregate._model import (
     Summary,
 )
 from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._ppi import (
+    calibrated_value,
+    effective_gain,
+    power_tuned_lambda,
+    two_sample_jackknife,
+)
 from cube_ray.aggregate._resample import (
     DEFAULT_INTERVAL,
     Interval,
@@ -72,100 +79,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-MAX_UNDEFINED = 0.01
-"""Largest share of replicates in which the judge's figure may be undefined
-for the judge to be used (else lambda = 0: the human-only figure)."""
-
-
-def calibrated_value(
-    human: FloatArray | float,
-    judge_labeled: FloatArray | float,
-    judge_unlabeled: FloatArray | float,
-    lam: float,
-) -> FloatArray:
-    """``theta = f_H(L) + lam * (f_J(U) - f_J(L))``, elementwise.
-
-    >>> float(calibrated_value(60.0, 66.0, 64.0, 0.5))
-    59.0
-    >>> float(calibrated_value(60.0, 66.0, 64.0, 0.0))  # human-only
-    60.0
-    """
-    h = np.asarray(human, dtype=np.float64)
-    if lam == 0.0:  # the human-only figure, also where the judge's is undefined
-        return h + 0.0
-    out: FloatArray = h + lam * (
-        np.asarray(judge_unlabeled, dtype=np.float64)
-        - np.asarray(judge_labeled, dtype=np.float64)
-    )
-    return out
-
-
-def power_tuned_lambda(
-    human: FloatArray, judge_labeled: FloatArray, judge_unlabeled: FloatArray
-) -> float:
-    """The lambda in [0, 1] that minimises the variance of theta over replicates.
-
-    With ``d = f_J(U) - f_J(L)``, ``var(H + lam d)`` is least at
-    ``lam = -cov(H, d) / var(d)`` (clipped to [0, 1]); 0 when ``d`` does not
-    vary, or when the judge's figure is undefined in more than
-    :data:`MAX_UNDEFINED` of the replicates where the humans' is defined (a
-    judge whose bounds are not apart: its figure would leave replicates out
-    and bend the interval).
-
-    Args:
-        human: ``f_H(L)`` of each replicate.
-        judge_labeled: ``f_J(L)`` of the same replicates (same resample of L).
-        judge_unlabeled: ``f_J(U)`` of each replicate (independent of L's).
-
-    Returns:
-        lambda.
-
-    Examples:
-        A judge that moves exactly with the humans on L and varies as much
-        on U as on L: half of the correction (the U noise costs the rest).
-
-        >>> h = np.array([1.0, 2.0, 3.0, 4.0])
-        >>> u = np.array([2.0, 4.0, 1.0, 3.0])
-        >>> power_tuned_lambda(h, h + 5.0, u - u.mean() + 7.5)
-        0.5
-        >>> power_tuned_lambda(h, np.full(4, 3.0), np.full(4, 3.0))  # no signal
-        0.0
-    """
-    d = np.asarray(judge_unlabeled, dtype=np.float64) - np.asarray(
-        judge_labeled, dtype=np.float64
-    )
-    hh = np.asarray(human, dtype=np.float64)
-    ok = np.isfinite(d) & np.isfinite(hh)
-    defined = int(np.isfinite(hh).sum())
-    if ok.sum() < 2 or ok.sum() < (1.0 - MAX_UNDEFINED) * defined:
-        return 0.0
-    dd, hv = d[ok], hh[ok]
-    var_d = float(np.mean((dd - dd.mean()) ** 2))
-    if var_d <= 0.0:
-        return 0.0
-    cov = float(np.mean((dd - dd.mean()) * (hv - hv.mean())))
-    return float(min(1.0, max(0.0, -cov / var_d)))
-
-
-def effective_gain(human_only: Interval, calibrated: Interval) -> float | None:
-    """``(width_human_only / width_calibrated)^2``: the audit's sample-size gain.
-
-    An audit of m questions with gain g gives an interval as narrow as
-    ``g * m`` human-scored questions would (widths shrink as ``1/sqrt(n)``).
-
-    >>> effective_gain((40.0, 60.0), (45.0, 55.0))
-    4.0
-    >>> effective_gain((None, None), (45.0, 55.0)) is None
-    True
-    """
-    lo_h, hi_h = human_only
-    lo_c, hi_c = calibrated
-    if lo_h is None or hi_h is None or lo_c is None or hi_c is None:
-        return None
-    if hi_c - lo_c <= 0.0:
-        return None
-    return float(((hi_h - lo_h) / (hi_c - lo_c)) ** 2)
 
 
 @dataclass(frozen=True)
@@ -200,60 +113,6 @@ def _resample(
     )
 
 
-def _check_human(
-    human: pl.DataFrame,
-    answers: pl.DataFrame,
-    dimensions: Sequence[str],
-    source: str | None,
-) -> None:
-    """Every human row names a question, set and dimension of the run.
-
-    Errors name the ratings file (``source``), the data row (1-based) and
-    the column.
-    """
-    keys = answers.select(
-        pl.col(schema.QUESTION_ID).cast(pl.String),
-        pl.col(schema.SYSTEM).cast(pl.String),
-    ).unique()
-    rows = human.with_row_index("_row").with_columns(
-        pl.col(schema.QUESTION_ID).cast(pl.String),
-        pl.col(schema.SYSTEM).cast(pl.String),
-    )
-    stray = rows.join(keys, on=[schema.QUESTION_ID, schema.SYSTEM], how="anti")
-    if stray.height:
-        first = stray.row(0, named=True)
-        raise InputError(
-            f"{stray.height} human rating(s) name an answer the run does not have, "
-            f"e.g. question_id={first[schema.QUESTION_ID]!r}, "
-            f"system={first[schema.SYSTEM]!r}. Rate only answers of this run "
-            "(`cube-ray audit RUN_DIR` draws them).",
-            path=source,
-            row=int(first["_row"]),
-            field=schema.QUESTION_ID,
-        )
-    dims = set(dimensions)
-    odd = rows.filter(~pl.col(schema.DIMENSION).cast(pl.String).is_in(list(dims)))
-    if odd.height:
-        first = odd.row(0, named=True)
-        raise InputError(
-            f"dimension {first[schema.DIMENSION]!r} is not one of the run's "
-            f"{sorted(dims)}. Use the run's dimension names.",
-            path=source,
-            row=int(first["_row"]),
-            field=schema.DIMENSION,
-        )
-    bad = rows.filter((pl.col(schema.SCORE) < 0.0) | (pl.col(schema.SCORE) > 10.0))
-    if bad.height:
-        first = bad.row(0, named=True)
-        raise InputError(
-            f"score {first[schema.SCORE]} is outside 0-10. Give scores on the "
-            "judges' 0-10 scale.",
-            path=source,
-            row=int(first["_row"]),
-            field=schema.SCORE,
-        )
-
-
 def _interval(
     values: FloatArray,
     estimate: float,
@@ -275,22 +134,6 @@ def _figure(ci: Interval) -> FigureInterval:
 
 def _none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
-
-
-def _centred(*parts: FloatArray) -> FloatArray:
-    """Jackknife values of several independent samples, each about its mean.
-
-    BCa's acceleration of a two-sample estimator sums each sample's own
-    jackknife deviations (Efron and Tibshirani 1993, section 14.3):
-    centring each sample at 0 makes :func:`bca_interval`'s one-sample formula
-    that sum.
-    """
-    kept = []
-    for p in parts:
-        finite = p[np.isfinite(p)]
-        if finite.size:
-            kept.append(finite - finite.mean())
-    return np.concatenate(kept) if kept else np.array([], dtype=np.float64)
 
 
 def calibrate(
@@ -370,7 +213,7 @@ def calibrate(
             .to_list()
         )
     dims = list(dimensions)
-    _check_human(ratings, answers, dims, source)
+    check_ratings(ratings, answers, dims, source)
     if ratings.height == 0:
         raise InputError("the human ratings have no rows", path=source)
     cols = [schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
@@ -422,6 +265,10 @@ def calibrate(
 
     lab = run(_resample(pos_l, layers, n_resamples, seed), combined)
     lab_pt = run(pos_l[None, :], combined)
+    # Section 10 on the people: their bounds must be apart on the audit.
+    people_sep, reasons = people_separation(
+        human, answers, lab_pt, HUMAN_JUDGE, options=options, n_labeled=pos_l.size
+    )
     has_u = pos_u.size > 0
     unl = unl_pt = None
     if has_u:
@@ -465,12 +312,12 @@ def calibrate(
         theta = float(calibrated_value(hp, jlp, up, lam))
         jack = jack_h = None
         if hj is not None and jlj is not None:
-            jack_h = _centred(hj)
+            jack_h = two_sample_jackknife(hj)
             jack_l = calibrated_value(hj, jlj, up, lam)
             parts = [jack_l]
             if uj is not None:
                 parts.append(calibrated_value(hp, jlp, uj, lam))
-            jack = _centred(*parts)
+            jack = two_sample_jackknife(*parts)
         # No interval around a figure that is undefined on the sample as drawn
         # (e.g. people's bounds not apart): replicates alone would give one.
         ci = (
@@ -571,6 +418,8 @@ def calibrate(
         confidence=confidence,
         resampling="strata" if strata is not None else "questions",
         across_judges=across,
+        people_separation=people_sep,
+        reasons=reasons,
     )
     return CalibrationResult(calibrated, block)
 

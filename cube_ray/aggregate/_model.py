@@ -404,6 +404,12 @@ class Calibration(_Model):
     resampling: Literal["questions", "strata"]
     across_judges: dict[str, CalibratedAcross]
     """The headline (across-judge CuBE) calibrated, per system."""
+    people_separation: dict[str, Separation] = {}
+    """Per system, whether the people's scores on the audit separate the bounds
+    (section 10 on the audit, weighted total)."""
+    reasons: dict[str, Reason] = {}
+    """Per system whose calibrated figures are not a result, why
+    (``people_bounds_not_separated``); the figures stay in ``calibrated``."""
 
 
 class SampleStratum(_Model):

@@ -123,6 +123,10 @@ def calibrated_section(run: RunData) -> Section | None:
         )
     )
     for system in summary.systems:
+        reason = block.reasons.get(system)
+        if reason is not None:  # the people's bounds are not apart (section 10)
+            sec.blocks.append(Para(reason.text, "warn"))
+            continue
         rows: list[list[str]] = []
         sentences: list[str] = []
         for judge in summary.judge_names:

@@ -24,9 +24,13 @@ from cube_ray.aggregate import (
     with_calibration,
     with_intervals,
 )
+from cube_ray.aggregate._calibrated_checks import PEOPLE_NOT_SEPARATED
 from cube_ray.config import RunConfig
 from cube_ray.errors import InputError
 from cube_ray.pipeline.calibration import calibrate_run
+from cube_ray.report._calibrated import calibrated_section
+from cube_ray.report._data import RunData
+from cube_ray.report._render import Para, Table
 
 REL = "relevance"
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -260,3 +264,54 @@ def test_the_run_adds_the_same_calibration(tmp_path: Path) -> None:
     )
     assert got.calibrated == want.calibrated
     assert got.calibration == want.calibration
+
+
+def test_people_who_do_not_separate_the_bounds_get_no_headline() -> None:
+    """Section 10 on the audit: the people's own bounds must be apart."""
+    answers, scores, audit, _ = _study(11, 200, 40)
+    summary = summarize(answers, scores, options=AggregateOptions())
+    good = with_calibration(summary, answers, scores, audit, n_resamples=60)
+    assert good.calibration is not None
+    sep = good.calibration.people_separation["rag"]
+    # zero 3 against full 7 on 40 questions: 4 points apart, p tiny.
+    assert sep.separated
+    assert sep.gap is not None
+    assert sep.gap > 3.0
+    assert sep.n_pairs == 40
+    assert good.calibration.reasons == {}
+    # People who give the full answers what they give the zero answers
+    # (give or take one point): no gap to divide by.
+    rng = np.random.default_rng(4)
+    zero = audit.filter(pl.col(schema.SYSTEM) == "zero")
+    lazy = pl.concat(
+        [
+            audit.filter(pl.col(schema.SYSTEM) != "full"),
+            zero.with_columns(
+                pl.lit("full").alias(schema.SYSTEM),
+                (pl.col(schema.SCORE) + rng.integers(-1, 2, zero.height))
+                .clip(0.0, 10.0)
+                .alias(schema.SCORE),
+            ),
+        ]
+    )
+    bad = with_calibration(summary, answers, scores, lazy, n_resamples=60)
+    assert bad.calibration is not None
+    assert not bad.calibration.people_separation["rag"].separated
+    reason = bad.calibration.reasons["rag"]
+    assert reason.code == PEOPLE_NOT_SEPARATED
+    assert reason.n_pairs == 40
+    assert reason.gap is not None
+    assert abs(reason.gap) < 0.5
+    assert reason.min_gap == 0.5
+    assert "do not tell" in reason.text
+    # Nothing is hidden in the summary: the figures stay.
+    assert bad.calibrated is not None
+    assert "rag" in bad.calibrated["mirror"]
+    # The report gives the reason in plain words instead of the figures.
+    section = calibrated_section(RunData(run_dir=Path("run"), summary=bad))
+    assert section is not None
+    assert not any(isinstance(b, Table) for b in section.blocks)
+    assert any(isinstance(b, Para) and b.text == reason.text for b in section.blocks)
+    shown = calibrated_section(RunData(run_dir=Path("run"), summary=good))
+    assert shown is not None
+    assert any(isinstance(b, Table) for b in shown.blocks)
