@@ -59,12 +59,14 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate import (
+    DEFAULT_INTERVAL,
     HUMAN_JUDGE,
     AggregateOptions,
     bootstrap_cube,
     calibrate,
     evaluate_replicates,
 )
+from cube_ray.aggregate._calibrated import CALIBRATED_INTERVAL
 
 DIMS = ("relevance", "completeness")
 DIM_OFFSETS = (0.0, -0.5)
@@ -245,7 +247,7 @@ def study(spec: StudySpec) -> Record:
         scores,
         n_resamples=spec.judge_resamples,
         seed=boot_seed + 7,
-        method=spec.method,  # type: ignore[arg-type]
+        method=DEFAULT_INTERVAL,  # the headline's
         options=options,
     )["rag"]
     figures = {j: f["rag"] for j, f in cal.calibrated.items()}
@@ -342,7 +344,13 @@ def main() -> None:
         help="resamples of the judges' own intervals (their coverage is far "
         "from 95 %%: no precision needed)",
     )
-    parser.add_argument("--method", choices=["percentile", "bca"], default="bca")
+    parser.add_argument(
+        "--method",
+        choices=["percentile", "bca"],
+        default=CALIBRATED_INTERVAL,
+        help="interval of the calibrated and people-only figures (default: the "
+        "tool's, %(default)s); the judges' own intervals are the headline's (BCa)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--truth-questions",

@@ -352,7 +352,6 @@ def _calibrated(
         read_human_ratings(args.human),
         n_resamples=args.resamples,
         seed=args.seed,
-        method=args.interval,
         strata=strata,
         source=str(args.human),
     )

@@ -24,14 +24,15 @@ def calibrate_run(
 ) -> Summary:
     """``summary`` with the ``calibrated`` and ``calibration`` blocks.
 
-    The resamples, seed and interval method are those of the summary's own
-    intervals (1000, 0 and BCa when it has none).
+    The resamples and seed are those of the summary's own intervals (1000
+    and 0 when it has none); the interval is the calibration's own
+    (:data:`cube_ray.aggregate._calibrated.CALIBRATED_INTERVAL`).
 
     Raises:
         InputError: The human file does not read, or names answers or
             dimensions the run does not have.
     """
-    from cube_ray.aggregate import DEFAULT_INTERVAL, with_calibration
+    from cube_ray.aggregate import with_calibration
     from cube_ray.pipeline.method import ANSWERS, SCORES
     from cube_ray.pipeline.summary import current_rows
     from cube_ray.report._human import read_human_ratings
@@ -51,7 +52,6 @@ def calibrate_run(
         ratings,
         n_resamples=iv.n_resamples if iv is not None else 1000,
         seed=iv.seed if iv is not None else 0,
-        method=iv.method if iv is not None else DEFAULT_INTERVAL,
         strata=load_strata(run_dir),
         source=str(human),
     )
