@@ -93,6 +93,9 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
     assert parts(run_dir) == before, "run --human redid engine work"
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     assert summary["calibration"] is not None
+    # Section 10 on the audit: these people tell the bounds apart.
+    assert summary["calibration"]["people_separation"]["rag"]["separated"]
+    assert summary["calibration"]["reasons"] == {}
     figures = summary["calibrated"]
     assert set(figures) == {"j1", "j2"}
     for judge in figures.values():
