@@ -113,7 +113,8 @@ def dump(args: argparse.Namespace) -> None:
             rec.setdefault("u" + kind, []).append(np.stack(four))
         if s % 50 == 0:
             print(f"study {s}: {time.perf_counter() - t0:.0f} s", flush=True)
-    np.savez(args.out, **{k: np.array(v) for k, v in rec.items()})
+    arrays = {k: np.array(v) for k, v in rec.items()}
+    np.savez(args.out, n=np.array(n), m=np.array(m), **arrays)
     print(f"wrote {args.out}")
 
 
@@ -133,10 +134,45 @@ def _bca(
     return float(lo), float(hi), z0, a
 
 
+def _group_counts(idx: np.ndarray, size: int, groups: int) -> np.ndarray:
+    """``[B, G]`` draws of each jackknife group (``jackknife_indices`` layout)."""
+    gid = np.where(idx < groups * size, idx // size, groups)
+    rows = np.arange(idx.shape[0])[:, None] * (groups + 1)
+    flat = np.bincount((rows + gid).ravel(), minlength=idx.shape[0] * (groups + 1))
+    return flat.reshape(idx.shape[0], groups + 1)[:, :groups].astype(np.float64)
+
+
+def _influence_lambda(
+    ifs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    weights: tuple[np.ndarray, np.ndarray],
+    scales: tuple[float, float],
+) -> np.ndarray:
+    """lambda = cov(H_L, J_L) / (var(J_L) + var(J_U)) from influence values.
+
+    Each row of ``weights`` (L's, U's) weighs the groups (1: the sample as
+    drawn; the draws of a replicate: lambda re-tuned inside that replicate).
+    """
+    ih, il, iu = ifs
+    wl = weights[0] / weights[0].sum(axis=1, keepdims=True)
+    wu = weights[1] / weights[1].sum(axis=1, keepdims=True)
+    cov = wl @ (ih * il) - (wl @ ih) * (wl @ il)
+    var_l = wl @ (il * il) - (wl @ il) ** 2
+    var_u = wu @ (iu * iu) - (wu @ iu) ** 2
+    den = var_l * scales[0] + var_u * scales[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lam = np.where(den > 0, cov * scales[0] / den, 0.0)
+    out: np.ndarray = np.clip(lam, 0.0, 1.0)
+    return out
+
+
 def analyse(args: argparse.Namespace) -> None:
     """Coverage of each interval variant, per judge, from a dump."""
     d = np.load(args.dump)
     truth = args.truth
+    n = int(d["n"]) if "n" in d else args.n
+    m = int(d["m"]) if "m" in d else args.m
+    g_l, g_u = d["hj"].shape[1], d["uj"].shape[2]
+    size_l, size_u = m // g_l, (n - m) // g_u
     hb, hp, hj = d["hb"], d["hp"][:, 0], d["hj"]
     studies = hb.shape[0]
     pct = [percentile_interval(hb[s], 0.95) for s in range(studies)]
@@ -149,12 +185,43 @@ def analyse(args: argparse.Namespace) -> None:
     for f, name in enumerate(FIGURES):
         jlb, jlp, jlj = d["jlb"][:, f], d["jlp"][:, f, 0], d["jlj"][:, f]
         ub, up, uj = d["ub"][:, f], d["up"][:, f, 0], d["uj"][:, f]
+        retuned: list[bool] = []
+        lam_points: list[float] = []
         lams = np.array(
             [power_tuned_lambda(hb[s], jlb[s], ub[s]) for s in range(studies)]
         )
         cov: dict[str, list[bool]] = {}
         err, sd, z0s, accs, above, below = [], [], [], [], 0, 0
         for s in range(studies):
+            # lambda from jackknife influence values, re-tuned in each replicate
+            # from its draws (the resamples are regenerated from dump's seeds).
+            ifs = tuple(
+                (j.size - 1) * (j.mean() - j) / size
+                for j, size in (
+                    (hj[s], size_l),
+                    (jlj[s], size_l),
+                    (uj[s], size_u),
+                )
+            )
+            draws_l = resample_indices(m, hb.shape[1], seed=s, strata=[np.arange(m)])
+            draws_u = resample_indices(
+                n - m, hb.shape[1], seed=s + 10**6, strata=[np.arange(n - m)]
+            )
+            scales = (size_l / m, size_u / (n - m))
+            lam_point = _influence_lambda(
+                ifs, (np.ones((1, g_l)), np.ones((1, g_u))), scales
+            )[0]
+            lam_b = _influence_lambda(
+                ifs,
+                (
+                    _group_counts(draws_l, size_l, g_l),
+                    _group_counts(draws_u, size_u, g_u),
+                ),
+                scales,
+            )
+            lo, hi = percentile_interval(hb[s] + lam_b * (ub[s] - jlb[s]), 0.95)
+            retuned.append(lo <= truth <= hi)  # type: ignore[operator]
+            lam_points.append(float(lam_point))
             for tag, lam in (("", lams[s]), (" fixed lambda", float(lams.mean()))):
                 tb = hb[s] + lam * (ub[s] - jlb[s])
                 th = float(hp[s] + lam * (up[s] - jlp[s]))
@@ -185,8 +252,10 @@ def analyse(args: argparse.Namespace) -> None:
             f"(± {e.std() / np.sqrt(studies):.3f}) SD {e.std():.3f} against "
             f"bootstrap SD {np.sqrt(np.mean(np.square(sd))):.3f}; percentile misses "
             f"above/below {above}/{below}; z0 {np.mean(z0s):+.3f} (SD "
-            f"{np.std(z0s):.3f}), a {np.mean(accs):+.4f}"
+            f"{np.std(z0s):.3f}), a {np.mean(accs):+.4f}; influence lambda "
+            f"{np.mean(lam_points):.2f}"
         )
+        cov["percentile, lambda re-tuned per replicate"] = retuned
         print(
             "    covers: "
             + "; ".join(f"{k} {100 * np.mean(v):.1f} %" for k, v in cov.items())
@@ -232,6 +301,8 @@ def main() -> None:
     p = sub.add_parser("analyse")
     p.add_argument("dump", type=Path)
     p.add_argument("--truth", type=float, required=True)
+    p.add_argument("--n", type=int, default=1000, help="if the dump lacks it")
+    p.add_argument("--m", type=int, default=150, help="if the dump lacks it")
     p = sub.add_parser("bias")
     p.add_argument("--m", type=int, default=150)
     p.add_argument("--population", type=int, default=20_000)
