@@ -37,6 +37,8 @@ from cube_ray.aggregate._resample import (
     jackknife_indices,
     resample_indices,
     strata_positions,
+    stratified_jackknife,
+    within_strata,
 )
 from cube_ray.errors import InputError
 
@@ -162,7 +164,12 @@ def _bootstrap(
     rep = evaluate_replicates(answers, scores, indices=idx, **kwargs)
     point = evaluate_replicates(answers, scores, **kwargs)
     jack = None
-    if method == "bca":
+    jack_strata = None
+    if method == "bca" and layers is not None and len(layers) > 1:
+        # BCa's acceleration follows the design too: left out within strata.
+        jack_counts, jack_strata = stratified_jackknife(layers, n_q)
+        jack = evaluate_replicates(answers, scores, counts=jack_counts, **kwargs)
+    elif method == "bca":
         jack = evaluate_replicates(
             answers, scores, indices=jackknife_indices(n_q), **kwargs
         )
@@ -170,6 +177,8 @@ def _bootstrap(
     def interval(
         values: FloatArray, at_point: FloatArray, at_jack: FloatArray | None
     ) -> Interval:
+        if at_jack is not None and jack_strata is not None:
+            at_jack = within_strata(at_jack, jack_strata)
         return interval_of(
             values,
             float(at_point[0]),
@@ -214,7 +223,7 @@ def _bootstrap(
             n_defined=int(np.isfinite(cube_b).sum()),
             estimate=estimate if np.isfinite(estimate) else None,
         )
-    return out, Replicates(rep, point, jack)
+    return out, Replicates(rep, point, jack, jack_strata)
 
 
 def _figure(ci: Interval) -> FigureInterval:

@@ -33,7 +33,12 @@ from cube_ray.aggregate._model import (
     PairedComparison,
     Reason,
 )
-from cube_ray.aggregate._resample import IntervalMethod, interval_of
+from cube_ray.aggregate._resample import (
+    IntArray,
+    IntervalMethod,
+    interval_of,
+    within_strata,
+)
 
 __all__ = [
     "Replicates",
@@ -53,6 +58,10 @@ class Replicates:
     """The questions as drawn (one replicate)."""
     jack: CubeReplicates | None
     """The jackknife replicates (BCa's acceleration); None for percentile."""
+    jack_strata: IntArray | None = None
+    """The stratum of each jackknife replicate of a stratified design
+    (:func:`~cube_ray.aggregate._resample.stratified_jackknife`); None: one
+    sample."""
 
 
 def _judge_rows(rep: CubeReplicates, system: str, judges: Sequence[str]) -> FloatArray:
@@ -153,6 +162,8 @@ def paired_comparison(
     )
 
     def read(values: FloatArray, at: float, jk: FloatArray | None) -> FigureInterval:
+        if jk is not None and first.jack_strata is not None:
+            jk = within_strata(jk, first.jack_strata)
         low, high = interval_of(values, at, jk, method=method, confidence=confidence)
         return FigureInterval.of(low, high)
 
