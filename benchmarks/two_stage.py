@@ -35,8 +35,16 @@ resamples.
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
+import os
+import platform
+import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -168,20 +176,153 @@ def strata_study(
     return out
 
 
-def _row(
-    label: str, runs: Sequence[tuple[bool, float, int]], target: float | None
-) -> str:
-    covered = float(np.mean([c for c, _, _ in runs]))
-    se = float(np.sqrt(covered * (1 - covered) / len(runs)))
-    near = (
-        f"{np.mean([abs(h / target - 1.0) <= 0.2 for _, h, _ in runs]):>10.1%}"
-        if target
-        else f"{'-':>10s}"
-    )
+@dataclass(frozen=True)
+class Job:
+    """One study of one row: what :func:`run_job` computes in a worker."""
+
+    row: str
+    """The table row (``two-stage n0=100 H=2``, ``fixed n=300``, ``strata n=300``)."""
+    kind: str
+    """``two-stage``, ``fixed`` or ``strata``."""
+    seed: int
+    """The study's own seed: its result does not depend on the other studies,
+    the order they run in or the number of workers."""
+    n: int
+    target: float | None = None
+    truth: float | None = None
+
+
+def jobs(args: argparse.Namespace, truth: float | None) -> list[Job]:
+    """Every study of the table, row by row (seeds as in the earlier runs)."""
+    out: list[Job] = []
+    for n0 in args.pilots:
+        for target in args.targets:
+            row = f"two-stage n0={n0} H={target:g}"
+            out += [
+                Job(row, "two-stage", 1000 * n0 + s, n0, target)
+                for s in range(args.studies)
+            ]
+    for n in args.fixed_n:
+        out += [
+            Job(f"fixed n={n}", "fixed", 7000 + 13 * n + s, n)
+            for s in range(args.studies)
+        ]
+    if args.strata:
+        for n in args.strata_n:
+            out += [
+                Job(f"strata n={n}", "strata", 9000 + s, n, truth=truth)
+                for s in range(args.studies)
+            ]
+    return out
+
+
+def run_job(job: Job, *, resamples: int, method: str) -> list[dict[str, Any]]:
+    """One study: one record per design it measures (two for ``strata``)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    records: list[dict[str, Any]] = []
+    if job.kind == "two-stage":
+        assert job.target is not None
+        covered, half, n = study(
+            job.n, job.target, seed=job.seed, resamples=resamples, method=method
+        )
+        records.append({"row": job.row, "covered": covered, "half": half, "n": n})
+    elif job.kind == "fixed":
+        covered, half, n = fixed_study(
+            job.n, seed=job.seed, resamples=resamples, method=method
+        )
+        records.append({"row": job.row, "covered": covered, "half": half, "n": n})
+    else:
+        assert job.truth is not None
+        both = strata_study(
+            job.n, seed=job.seed, resamples=resamples, method=method, truth=job.truth
+        )
+        for design, (covered, half) in both.items():
+            row = f"{design} n={job.n}"
+            records.append({"row": row, "covered": covered, "half": half, "n": job.n})
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    for r in records:
+        r.update(
+            seed=job.seed,
+            target=job.target,
+            covered=bool(r["covered"]),
+            half=float(r["half"]),
+            cpu_s=cpu,
+            wall_s=wall,
+        )
+    return records
+
+
+def _call(payload: tuple[Job, int, str]) -> list[dict[str, Any]]:
+    job, resamples, method = payload
+    return run_job(job, resamples=resamples, method=method)
+
+
+def run_all(
+    todo: Sequence[Job], *, resamples: int, method: str, workers: int
+) -> list[dict[str, Any]]:
+    """Every job's records, in the order of ``todo``, over ``workers`` processes."""
+    payloads = [(job, resamples, method) for job in todo]
+    if workers <= 1:
+        return [r for p in payloads for r in _call(p)]
+    # Spawned (not forked: Polars' thread pool does not survive a fork)
+    # workers, each with one Polars thread (the workers are the parallelism);
+    # a child reads the environment when it first imports Polars.
+    env = {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(workers) as pool:
+            done = pool.map(_call, payloads, chunksize=1)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return [r for records in done for r in records]
+
+
+def summarise(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per row: coverage (and its s.e.), the share within +-20 % of H,
+    mean final n and half-width, CPU seconds per study."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        rows.setdefault(r["row"], []).append(r)
+    out = []
+    for label, runs in rows.items():
+        covered = float(np.mean([r["covered"] for r in runs]))
+        target = runs[0]["target"] if runs[0]["row"].startswith("two-stage") else None
+        halves = np.array([r["half"] for r in runs])
+        out.append(
+            {
+                "row": label,
+                "studies": len(runs),
+                "covered": int(sum(r["covered"] for r in runs)),
+                "coverage": covered,
+                "coverage_se": float(np.sqrt(covered * (1 - covered) / len(runs))),
+                "within_20pct": (
+                    float(np.mean(np.abs(halves / target - 1.0) <= 0.2))
+                    if target
+                    else None
+                ),
+                "mean_n": float(np.mean([r["n"] for r in runs])),
+                "mean_half_width": float(halves.mean()),
+                "cpu_s_per_study": float(np.mean([r["cpu_s"] for r in runs])),
+                "wall_s_per_study": float(np.mean([r["wall_s"] for r in runs])),
+            }
+        )
+    return out
+
+
+def _line(row: dict[str, Any]) -> str:
+    near = row["within_20pct"]
     return (
-        f"{label:<22s}{len(runs):>8d}{covered:>10.1%} (±{se:.1%}){near}"
-        f"{np.mean([n for _, _, n in runs]):>8.0f}"
-        f"{np.mean([h for _, h, _ in runs]):>11.2f}"
+        f"{row['row']:<26s}{row['studies']:>8d}{row['coverage']:>10.1%}"
+        f" (±{row['coverage_se']:.1%})"
+        f"{'-' if near is None else f'{near:.1%}':>10s}"
+        f"{row['mean_n']:>8.0f}{row['mean_half_width']:>11.2f}"
+        f"{row['cpu_s_per_study']:>10.1f}"
     )
 
 
@@ -203,64 +344,64 @@ def main() -> None:
         help="stratified vs simple random sampling (at each --strata-n)",
     )
     parser.add_argument("--strata-n", type=int, nargs="+", default=[300])
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes running studies in parallel (results do not depend on it)",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write the rows and every study's result as JSON"
+    )
     args = parser.parse_args()
     method = args.interval
-    print(f"interval: {method}, {args.resamples} resamples")
-    print(f"{'design':<22s} studies  coverage (± s.e.)  within20%  mean_n  mean_half")
-    for n0 in args.pilots:
-        for target in args.targets:
-            t0 = time.perf_counter()
-            runs = [
-                study(
-                    n0,
-                    target,
-                    seed=1000 * n0 + s,
-                    resamples=args.resamples,
-                    method=method,
-                )
-                for s in range(args.studies)
-            ]
-            print(
-                _row(f"two-stage n0={n0} H={target:g}", runs, target)
-                + f"   {time.perf_counter() - t0:.0f} s",
-                flush=True,
-            )
-    for n in args.fixed_n:
-        t0 = time.perf_counter()
-        runs = [
-            fixed_study(
-                n, seed=7000 + 13 * n + s, resamples=args.resamples, method=method
-            )
-            for s in range(args.studies)
-        ]
-        print(_row(f"fixed n={n}", runs, None) + f"   {time.perf_counter() - t0:.0f} s")
-    if args.strata:
-        truth = true_strata_cube()
+    started = time.perf_counter()
+    truth = true_strata_cube() if args.strata else None
+    todo = jobs(args, truth)
+    print(
+        f"interval: {method}, {args.resamples} resamples; {len(todo)} studies on "
+        f"{args.workers} worker(s); {os.cpu_count()} CPUs, load "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        flush=True,
+    )
+    if truth is not None:
         print(f"strata {STRATA}: true CuBE {truth:.3f}")
-        for n in args.strata_n:
-            t0 = time.perf_counter()
-            studies = [
-                strata_study(
-                    n,
-                    seed=9000 + s,
-                    resamples=args.resamples,
-                    method=method,
-                    truth=truth,
-                )
-                for s in range(args.studies)
-            ]
-            halves = {}
-            for design in ("stratified", "simple random"):
-                runs = [(st[design][0], st[design][1], n) for st in studies]
-                halves[design] = float(np.mean([h for _, h, _ in runs]))
-                print(_row(f"{design} n={n}", runs, None), flush=True)
-            gain = halves["simple random"] / halves["stratified"]
-            print(
-                f"width gain n={n}: simple random / stratified half-width = "
-                f"{gain:.3f} (same width from {1 / gain**2:.1%} of the questions)"
-                f"   {time.perf_counter() - t0:.0f} s",
-                flush=True,
-            )
+    records = run_all(
+        todo, resamples=args.resamples, method=method, workers=args.workers
+    )
+    rows = summarise(records)
+    print(
+        f"{'design':<26s} studies  coverage (± s.e.)  within20%  mean_n  mean_half"
+        "  cpu_s/study"
+    )
+    for row in rows:
+        print(_line(row))
+    halves = {r["row"]: r["mean_half_width"] for r in rows}
+    for n in args.strata_n if args.strata else []:
+        gain = halves[f"simple random n={n}"] / halves[f"stratified n={n}"]
+        print(
+            f"width gain n={n}: simple random / stratified half-width = "
+            f"{gain:.3f} (same width from {1 / gain**2:.1%} of the questions)"
+        )
+    wall = time.perf_counter() - started
+    print(f"wall {wall:.0f} s", flush=True)
+    if args.out is not None:
+        report = {
+            "command": " ".join(sys.argv),
+            "interval": method,
+            "resamples": args.resamples,
+            "workers": args.workers,
+            "cpus": os.cpu_count(),
+            "load_at_start": list(os.getloadavg()),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "true_strata_cube": truth,
+            "wall_s": wall,
+            "rows": rows,
+            "studies": records,
+        }
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""``benchmarks/two_stage.py`` runs its studies over worker processes.
+
+A study's result depends on its own seed only, so the table is the same with
+one worker or several; the JSON holds every row and every study; and the
+benchmark runs where only numpy, scipy, polars, pydantic, yaml (and pyarrow,
+which ``cube_ray.schema`` needs) are installed: no ray, vllm or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = [
+    "--studies",
+    "2",
+    "--resamples",
+    "20",
+    "--pilots",
+    "60",
+    "--targets",
+    "8",
+    "--fixed-n",
+    "40",
+]
+KEYS = ("row", "seed", "covered", "half", "n")
+
+
+HEAVY = ("ray", "vllm", "torch")
+
+
+def _run(tmp_path: Path, workers: int) -> dict[str, object]:
+    out = tmp_path / f"w{workers}.json"
+    # After the run, the heavy modules the benchmark's process had loaded.
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        f"print('heavy:', sorted(set({HEAVY!r}) & set(sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(ROOT / "benchmarks" / "two_stage.py"),
+            *ARGS,
+            "--workers",
+            str(workers),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "heavy: []" in result.stdout, result.stdout[-2000:]
+    report: dict[str, object] = json.loads(out.read_text())
+    return report
+
+
+@pytest.mark.timeout(300)
+def test_workers_do_not_change_the_results(tmp_path: Path) -> None:
+    one = _run(tmp_path, 1)
+    two = _run(tmp_path, 2)
+    picked = [
+        [{k: r[k] for k in KEYS} for r in report["studies"]]  # type: ignore[attr-defined]
+        for report in (one, two)
+    ]
+    assert picked[0] == picked[1]
+    assert len(picked[0]) == 4
+    rows = {r["row"]: r for r in one["rows"]}  # type: ignore[union-attr]
+    assert set(rows) == {"two-stage n0=60 H=8", "fixed n=40"}
+    assert rows["two-stage n0=60 H=8"]["studies"] == 2
+    assert rows["fixed n=40"]["mean_n"] == 40
+    assert all(r["cpu_s_per_study"] > 0 for r in rows.values())
+    assert two["workers"] == 2
