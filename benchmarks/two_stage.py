@@ -24,12 +24,18 @@ zero-context to the full-context bound); its true CuBE is that of a
 proportional sample of 200,000 questions.
 
 Intervals are the report's (``--interval``, default the report's default,
-BCa; its jackknife costs n evaluations per interval) over ``--resamples``
-resamples.
+BCa; its jackknife costs min(n, 200) evaluations per interval, left out within
+strata for the stratified design) over ``--resamples`` resamples.
+
+``--workers N`` runs the studies over N processes; a study's result depends on
+its own seed only, not on N. ``--out FILE.json`` writes every row and every
+study (with its CPU seconds), and ``FILE.jsonl`` each study as it ends. The
+benchmark imports numpy, scipy, polars, pydantic, yaml and cube_ray (whose
+``schema`` needs pyarrow), never ray, vllm or torch.
 
     PYTHONPATH=. .venv/bin/python benchmarks/two_stage.py --studies 60 --resamples 200
-    PYTHONPATH=. .venv/bin/python benchmarks/two_stage.py --pilots --strata \
-        --studies 100
+    PYTHONPATH=. python benchmarks/two_stage.py --studies 300 --pilots 100 300 \
+        --targets 2 5 --strata --workers 16 --out two_stage.json
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import polars as pl
@@ -252,18 +258,37 @@ def run_job(job: Job, *, resamples: int, method: str) -> list[dict[str, Any]]:
     return records
 
 
-def _call(payload: tuple[Job, int, str]) -> list[dict[str, Any]]:
-    job, resamples, method = payload
-    return run_job(job, resamples=resamples, method=method)
+def _call(payload: tuple[int, Job, int, str]) -> tuple[int, list[dict[str, Any]]]:
+    i, job, resamples, method = payload
+    return i, run_job(job, resamples=resamples, method=method)
 
 
 def run_all(
-    todo: Sequence[Job], *, resamples: int, method: str, workers: int
+    todo: Sequence[Job],
+    *,
+    resamples: int,
+    method: str,
+    workers: int,
+    stream: IO[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every job's records, in the order of ``todo``, over ``workers`` processes."""
-    payloads = [(job, resamples, method) for job in todo]
+    """Every job's records, in the order of ``todo``, over ``workers`` processes.
+
+    Each study's records are also written to ``stream`` (JSON lines) as it
+    ends, so a run cut short keeps what it measured.
+    """
+    payloads = [(i, job, resamples, method) for i, job in enumerate(todo)]
+    done: dict[int, list[dict[str, Any]]] = {}
+
+    def keep(i: int, records: list[dict[str, Any]]) -> None:
+        done[i] = records
+        if stream is not None:
+            stream.writelines(json.dumps(r) + "\n" for r in records)
+            stream.flush()
+
     if workers <= 1:
-        return [r for p in payloads for r in _call(p)]
+        for p in payloads:
+            keep(*_call(p))
+        return [r for i in sorted(done) for r in done[i]]
     # Spawned (not forked: Polars' thread pool does not survive a fork)
     # workers, each with one Polars thread (the workers are the parallelism);
     # a child reads the environment when it first imports Polars.
@@ -273,14 +298,15 @@ def run_all(
     try:
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(workers) as pool:
-            done = pool.map(_call, payloads, chunksize=1)
+            for i, records in pool.imap_unordered(_call, payloads, chunksize=1):
+                keep(i, records)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return [r for records in done for r in records]
+    return [r for i in sorted(done) for r in done[i]]
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -351,7 +377,10 @@ def main() -> None:
         help="processes running studies in parallel (results do not depend on it)",
     )
     parser.add_argument(
-        "--out", type=Path, help="write the rows and every study's result as JSON"
+        "--out",
+        type=Path,
+        help="write the rows and every study's result as JSON (and each study "
+        "as it ends to the same name with .jsonl)",
     )
     args = parser.parse_args()
     method = args.interval
@@ -366,9 +395,20 @@ def main() -> None:
     )
     if truth is not None:
         print(f"strata {STRATA}: true CuBE {truth:.3f}")
-    records = run_all(
-        todo, resamples=args.resamples, method=method, workers=args.workers
-    )
+    stream = None
+    if args.out is not None:
+        stream = args.out.with_suffix(".jsonl").open("w", encoding="utf-8")
+    try:
+        records = run_all(
+            todo,
+            resamples=args.resamples,
+            method=method,
+            workers=args.workers,
+            stream=stream,
+        )
+    finally:
+        if stream is not None:
+            stream.close()
     rows = summarise(records)
     print(
         f"{'design':<26s} studies  coverage (± s.e.)  within20%  mean_n  mean_half"
