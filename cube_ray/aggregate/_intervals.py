@@ -168,7 +168,8 @@ def _bootstrap(
     if method == "bca" and layers is not None and len(layers) > 1:
         # BCa's acceleration follows the design too: left out within strata.
         jack_counts, jack_strata = stratified_jackknife(layers, n_q)
-        jack = evaluate_replicates(answers, scores, counts=jack_counts, **kwargs)
+        if jack_counts.shape[0]:  # none when every stratum is one question
+            jack = evaluate_replicates(answers, scores, counts=jack_counts, **kwargs)
     elif method == "bca":
         jack = evaluate_replicates(
             answers, scores, indices=jackknife_indices(n_q), **kwargs

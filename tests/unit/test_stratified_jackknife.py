@@ -192,3 +192,30 @@ def test_without_strata_the_jackknife_is_unchanged(
     assert reps.jack_strata is None
     assert reps.jack is not None
     assert reps.jack.cube.shape[2] == 120  # delete-one over all questions
+
+
+def test_strata_of_one_question_each_give_a_point(
+    worked: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
+) -> None:
+    """Every stratum one question: the design never varies, there is nothing
+    to leave out, and the BCa interval is the estimate itself."""
+    answers, scores, _ = worked
+    ids = answers[schema.QUESTION_ID].unique()
+    alone = pl.DataFrame({schema.QUESTION_ID: ids, "stratum": ids})
+    results, reps = _bootstrap(
+        answers,
+        scores,
+        n_resamples=20,
+        seed=1,
+        confidence=0.95,
+        method="bca",
+        options=None,
+        fixed_weights=None,
+        dimensions=None,
+        judges=None,
+        strata=alone,
+    )
+    assert reps.jack is None
+    for result in results.values():
+        assert result.estimate is not None
+        assert result.cube == pytest.approx((result.estimate, result.estimate))
