@@ -146,16 +146,29 @@ def _strata_tables(
     return pl.concat(answers), pl.concat(scores), pl.concat(strata)
 
 
+POPULATION = 10_000
+"""The corpus the stratified samples are drawn from (shares as in ``STRATA``)."""
+
+
 def proportional(n: int) -> dict[str, int]:
     """The stratified sample's counts: the first n of the quota sequence."""
-    population = {h: round(10_000 * p) for h, (p, _, _) in STRATA.items()}
+    population = {h: round(POPULATION * p) for h, (p, _, _) in STRATA.items()}
+    if n > sum(population.values()):
+        msg = f"a sample of {n} from a corpus of {POPULATION}: at most {POPULATION}"
+        raise ValueError(msg)
     sequence = allocation_sequence(population, seed=0)[:n]
     return {h: sequence.count(h) for h in STRATA}
 
 
 def true_strata_cube(n: int = 200_000) -> float:
-    """The CuBE of a proportional sample of n questions (the population's)."""
-    answers, scores, _ = _strata_tables(np.random.default_rng(12345), proportional(n))
+    """The population's CuBE: that of n questions in the exact shares.
+
+    (Before 2026-12-04 16:00 this took ``proportional(n)``, which stops at the
+    corpus's 10,000 questions: a truth with a standard error of about 0.3
+    CuBE points, 0.55 below the stratified studies' mean.)
+    """
+    counts = {h: round(n * p) for h, (p, _, _) in STRATA.items()}
+    answers, scores, _ = _strata_tables(np.random.default_rng(12345), counts)
     result = bootstrap_cube(answers, scores, n_resamples=1, method="percentile")
     estimate = result["rag"].estimate
     assert estimate is not None

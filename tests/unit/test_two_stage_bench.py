@@ -86,3 +86,27 @@ def test_workers_do_not_change_the_results(tmp_path: Path) -> None:
     assert rows["fixed n=40"]["mean_n"] == 40
     assert all(r["cpu_s_per_study"] > 0 for r in rows.values())
     assert two["workers"] == 2
+
+
+def test_stratified_counts_stop_at_the_corpus() -> None:
+    """``proportional(n)`` draws from a corpus of 10,000: exact shares at n and
+    no silent cap above it (the population's truth once took 10,000 questions
+    for the 200,000 it asked for)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "two_stage_bench", ROOT / "benchmarks" / "two_stage.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    assert module.proportional(300) == {
+        "easy": 120,
+        "usual": 90,
+        "hard": 60,
+        "obscure": 30,
+    }
+    with pytest.raises(ValueError, match="at most 10000"):
+        module.proportional(200_000)
