@@ -133,11 +133,13 @@ def read_done(path: Path) -> dict[str, dict[str, Any]]:
     done: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        # Cut the torn line off, so the next record starts on a line of its own.
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    for line in data.decode("utf-8").splitlines():
+        rec = json.loads(line)
         done[rec["question_id"]] = rec
     return done
 
@@ -151,7 +153,9 @@ def _pinned(work: Path, settings: dict[str, Any]) -> dict[str, Any]:
         return settings
     old = json.loads(path.read_text(encoding="utf-8"))
     diff = {
-        k: (old.get(k), v) for k, v in settings.items() if k != "nonce" and old.get(k) != v
+        k: (old.get(k), v)
+        for k, v in settings.items()
+        if k != "nonce" and old.get(k) != v
     }
     if diff:
         msg = (
@@ -196,7 +200,9 @@ def main(
         return 2
 
 
-def _run(args: argparse.Namespace, *, engine_factory: Callable[[Any], Any] | None) -> int:
+def _run(
+    args: argparse.Namespace, *, engine_factory: Callable[[Any], Any] | None
+) -> int:
     import polars as pl
     import pyarrow as pa
 
@@ -332,9 +338,7 @@ def _run(args: argparse.Namespace, *, engine_factory: Callable[[Any], Any] | Non
             alpha=0.05,
         )
         scored = {
-            k: sum(
-                any(s[schema.SYSTEM] == k for s in done[q]["faulted"]) for q in qids
-            )
+            k: sum(any(s[schema.SYSTEM] == k for s in done[q]["faulted"]) for q in qids)
             for k in KINDS
         }
         built_done = {
@@ -466,9 +470,7 @@ def _run(args: argparse.Namespace, *, engine_factory: Callable[[Any], Any] | Non
                 ]
                 calls[part] = {
                     "rows": len(scores),
-                    "prompt_tokens": sum(
-                        s[schema.PROMPT_TOKENS] or 0 for s in scores
-                    ),
+                    "prompt_tokens": sum(s[schema.PROMPT_TOKENS] or 0 for s in scores),
                     "seconds": round(sec, 3),
                 }
             rec = {
