@@ -283,6 +283,7 @@ def _run(
         if r["status"] == "ok":
             ok_by_q.setdefault(r["question_id"], []).append(r)
     fps = {d: d for d in dims}
+    engine_tokens = {"prompt": 0, "cached": 0}
     engine = None
     stage = None
     threads = None
@@ -298,6 +299,7 @@ def _run(
             # The host's rule outside Ray: every core this process may use.
             threads = apply_engine_threads(engine_cfg)
             engine = build_engine(engine_cfg)
+            _count_cached(engine, engine_tokens)
         timings["engine load"] = time.perf_counter() - t
         view = BorrowedEngine(engine)
         return JudgeStage(
@@ -375,6 +377,24 @@ def _run(
                 "seconds": round(sec, 1),
                 "prompt_tokens_per_s": round(tok / sec, 1) if sec else 0.0,
             }
+            # Calls recorded with the engine's own counts (older checkpoint
+            # lines lack them).
+            timed = [c for c in stats if "cpu_s" in c]
+            if timed:
+                sent = sum(c["engine_prompt_tokens"] for c in timed)
+                cached = sum(c["cached_tokens"] for c in timed)
+                cpu = sum(c["cpu_s"] for c in timed)
+                calls[part] |= {
+                    "calls_with_engine_counts": len(timed),
+                    "engine_prompt_tokens": sent,
+                    "cached_tokens": cached,
+                    "cached_share": round(cached / sent, 3) if sent else None,
+                    "cpu_s": round(cpu, 1),
+                    "prompt_tokens_per_cpu_s": round(sent / cpu, 1) if cpu else None,
+                    "computed_tokens_per_cpu_s": (
+                        round((sent - cached) / cpu, 1) if cpu else None
+                    ),
+                }
         statuses: dict[str, int] = {}
         for s in original + faulted:
             statuses[s[schema.STATUS]] = statuses.get(s[schema.STATUS], 0) + 1
@@ -475,9 +495,11 @@ def _run(
                     dimensions=dims,
                 )
             for part, batch in inputs.items():
-                t = time.perf_counter()
+                before = dict(engine_tokens)
+                t, cpu = time.perf_counter(), time.process_time()
                 scores = stage(batch).to_pylist()
                 sec = time.perf_counter() - t
+                cpu = time.process_time() - cpu
                 parts[part] = [
                     {
                         k: s[k]
@@ -498,6 +520,14 @@ def _run(
                     "rows": len(scores),
                     "prompt_tokens": sum(s[schema.PROMPT_TOKENS] or 0 for s in scores),
                     "seconds": round(sec, 3),
+                    # CPU seconds of this process (the in-process engine's
+                    # compute): a rate that other load on the machine moves
+                    # far less than wall time.
+                    "cpu_s": round(cpu, 3),
+                    # What vLLM was sent (follow-up requests included) and
+                    # what its prefix cache served.
+                    "engine_prompt_tokens": engine_tokens["prompt"] - before["prompt"],
+                    "cached_tokens": engine_tokens["cached"] - before["cached"],
                 }
             rec = {
                 "question_id": q,
@@ -538,6 +568,27 @@ def _run(
     print()
     print(markdown(res, name, dims))
     return 0
+
+
+def _count_cached(engine: Any, counter: dict[str, int]) -> None:
+    """Count the prompt tokens vLLM gets and those its prefix cache serves.
+
+    Wraps the engine's ``vllm.LLM.generate`` (benchmark instrumentation: the
+    prompts and the results are untouched); an engine without one is left.
+    """
+    llm = getattr(engine, "_llm", None)
+    if llm is None:
+        return
+    generate = llm.generate
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        outputs = generate(*args, **kwargs)
+        for out in outputs:
+            counter["prompt"] += len(out.prompt_token_ids or [])
+            counter["cached"] += out.num_cached_tokens or 0
+        return outputs
+
+    llm.generate = counted
 
 
 CPU_BLOCK = 128
