@@ -365,6 +365,8 @@ def _run(
         )
         expected = {d: list(DEFAULT_DETECTS[d]) for d in dims}
         misses = fault_misses(block, expected)
+        # Too few pairs for the Wilcoxon test (a run cut short): not a miss.
+        untested = fault_misses(block, expected, untested=True)
         calls: dict[str, dict[str, float]] = {}
         for part in ("original", "faulted"):
             stats = [done[q]["calls"][part] for q in qids if part in done[q]["calls"]]
@@ -410,6 +412,7 @@ def _run(
             "scored": scored,
             name: block[name],
             "misses": [f"{k} on {f}" for _, k, f in misses],
+            "untested": [f"{k} on {f}" for _, k, f in untested],
             "scores": len(original) + len(faulted),
             "statuses": statuses,
             "judge_calls": calls,
