@@ -234,12 +234,14 @@ def _index_state(run_dir: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
-def grow_one(records: int, sample_size: int, size: int) -> dict[str, Any]:
+def grow_one(
+    records: int, sample_size: int, size: int, *, out: Path = OUT
+) -> dict[str, Any]:
     """Run :func:`run_one`'s kept dir again with ``sample.size: size``."""
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
 
-    base = OUT / f"scale{records}-sample{sample_size}"
+    base = out / f"scale{records}-sample{sample_size}"
     run_dir, cfg_path = base / "run", base / "run.yaml"
     cfg_dict = yaml.safe_load(cfg_path.read_text())
     before = _index_state(run_dir)
@@ -275,12 +277,13 @@ def run_one(
     keep: bool,
     sample_size: int | None = None,
     builtin_rag: bool = False,
+    out: Path = OUT,
 ) -> dict[str, Any]:
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
 
     name = f"scale{records}" + (f"-sample{sample_size}" if sample_size else "")
-    base = OUT / name
+    base = out / name
     shutil.rmtree(base, ignore_errors=True)
     t0 = time.perf_counter()
     # In a child process: the driver's memory is then the run's alone (writing
@@ -333,7 +336,7 @@ def run_one(
     if not keep:
         shutil.rmtree(base, ignore_errors=True)
     series = [{"t": t, "kinds": _by_kind(kinds)} for t, kinds in sampler.series]
-    (OUT / f"{name}-memory.json").write_text(json.dumps(series))
+    (out / f"{name}-memory.json").write_text(json.dumps(series))
     return out
 
 
@@ -356,6 +359,12 @@ def main() -> None:
         type=int,
         help="then run the same dir with sample.size GROW_TO (needs --sample-size)",
     )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=OUT,
+        help="folder of the run dirs and memory series (default benchmarks/out)",
+    )
     args = parser.parse_args()
     if args.grow_to is not None and args.sample_size is None:
         parser.error("--grow-to needs --sample-size")
@@ -366,12 +375,17 @@ def main() -> None:
             keep=args.keep or args.grow_to is not None,
             sample_size=args.sample_size,
             builtin_rag=args.builtin_rag,
+            out=args.out,
         )
         if args.grow_to is not None:
             # A fresh process again: the grown run starts as a user's would.
-            result.update(in_fresh_process(grow_one, n, args.sample_size, args.grow_to))
+            result.update(
+                in_fresh_process(
+                    grow_one, n, args.sample_size, args.grow_to, out=args.out
+                )
+            )
             if not args.keep:
-                shutil.rmtree(OUT / f"scale{n}-sample{args.sample_size}")
+                shutil.rmtree(args.out / f"scale{n}-sample{args.sample_size}")
         print(json.dumps(result), flush=True)
 
 

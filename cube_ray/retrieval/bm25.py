@@ -314,6 +314,12 @@ class Bm25Index:
             self._vocab: dict[str, int] = json.load(fh)
         self._docs = ipc.open_file(pa.memory_map(str(self.path / _DOCS))).read_all()
         self.num_docs = int(self.meta["num_docs"])
+        # First index position of each record batch of docs.arrow: a lookup
+        # takes from the batches that hold the rows. ``ChunkedArray.take``
+        # concatenates every batch first, copying the whole memory-mapped
+        # column per call (95 ms per call at 200,000 documents).
+        sizes = [len(c) for c in self._docs.column(schema.DOC_ID).chunks]
+        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
 
     def __len__(self) -> int:
         return self.num_docs
@@ -344,7 +350,7 @@ class Bm25Index:
             kth = scores[cand[part]].min()
             # Keep every tie of the k-th score, then break ties by doc id.
             cand = cand[scores[cand] >= kth]
-        ids = self._docs.column(schema.DOC_ID).take(pa.array(cand)).to_pylist()
+        ids = self._take(schema.DOC_ID, cand)
         ranked = sorted(
             zip(cand.tolist(), ids, strict=True),
             key=lambda pair: (-float(scores[pair[0]]), pair[1]),
@@ -355,8 +361,25 @@ class Bm25Index:
         """Texts of documents by index position."""
         if not indices:
             return []
-        col = self._docs.column(schema.TEXT).take(pa.array(list(indices), pa.int64()))
-        return [t or "" for t in col.to_pylist()]
+        return [t or "" for t in self._take(schema.TEXT, list(indices))]
+
+    def _take(self, column: str, positions: npt.ArrayLike) -> list[Any]:
+        """Values of ``column`` at index ``positions``, in their order.
+
+        Reads each value from the record batch that holds it (about 1 µs a
+        value), so only those rows are touched in the memory map.
+        """
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and (pos.min() < 0 or pos.max() >= self.num_docs):
+            msg = f"document positions must lie in [0, {self.num_docs})"
+            raise IndexError(msg)
+        chunks = self._docs.column(column).chunks
+        chunk_of = np.searchsorted(self._starts, pos, side="right") - 1
+        local = pos - self._starts[chunk_of]
+        return [
+            chunks[c][i].as_py()
+            for c, i in zip(chunk_of.tolist(), local.tolist(), strict=True)
+        ]
 
     def doc_ids(self) -> list[str]:
         """Every doc id in index order."""
