@@ -327,13 +327,19 @@ class Bm25Index:
     def scores(self, query: str) -> npt.NDArray[np.float32]:
         """BM25 score of every document for one query (0 where no term matches)."""
         out = np.zeros(self.num_docs, dtype=np.float32)
+        first = True
         for term in tokenize(query, language=self.language):
             t = self._vocab.get(term)
             if t is None:
                 continue
             lo, hi = int(self._indptr[t]), int(self._indptr[t + 1])
-            # Within one term's slice doc indices are unique: plain fancy add works.
-            out[self._indices[lo:hi]] += self._data[lo:hi]
+            # Within one term's slice doc indices are unique: plain fancy add
+            # works; the first term's is a store (0 + x is x, without the read).
+            if first:
+                out[self._indices[lo:hi]] = self._data[lo:hi]
+                first = False
+            else:
+                out[self._indices[lo:hi]] += self._data[lo:hi]
         return out
 
     def search(self, query: str, *, k: int) -> list[Hit]:
@@ -346,10 +352,10 @@ class Bm25Index:
         scores = self.scores(query)
         cand = np.flatnonzero(scores > 0)
         if cand.size > k:
-            part = np.argpartition(-scores[cand], k - 1)[:k]
-            kth = scores[cand[part]].min()
+            values = scores[cand]
+            kth = np.partition(values, values.size - k)[values.size - k]
             # Keep every tie of the k-th score, then break ties by doc id.
-            cand = cand[scores[cand] >= kth]
+            cand = cand[values >= kth]
         ids = self._take(schema.DOC_ID, cand)
         ranked = sorted(
             zip(cand.tolist(), ids, strict=True),

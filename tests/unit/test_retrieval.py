@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from cube_ray import schema
@@ -294,3 +295,73 @@ def test_stale_build_dirs_are_removed_on_the_next_build(tmp_path: Path) -> None:
     assert meta["num_docs"] == len(ZH_DOCS)
     left = sorted(p.name for p in root.iterdir() if p.name.startswith(".tmp"))
     assert left == [running.name]
+
+
+def _search_as_before(
+    index: Bm25Index, query: str, k: int
+) -> list[tuple[int, str, float]]:
+    """``Bm25Index.search`` as it was before lookups read from the record batch
+    holding each row (``ChunkedArray.take`` over the whole column)."""
+    scores = np.zeros(len(index), dtype=np.float32)
+    for term in tokenize(query, language=index.language):
+        t = index._vocab.get(term)
+        if t is not None:
+            lo, hi = int(index._indptr[t]), int(index._indptr[t + 1])
+            scores[index._indices[lo:hi]] += index._data[lo:hi]
+    cand = np.flatnonzero(scores > 0)
+    if cand.size > k:
+        part = np.argpartition(-scores[cand], k - 1)[:k]
+        kth = scores[cand[part]].min()
+        cand = cand[scores[cand] >= kth]
+    ids = index._docs.column(schema.DOC_ID).take(pa.array(cand)).to_pylist()
+    ranked = sorted(
+        zip(cand.tolist(), ids, strict=True),
+        key=lambda pair: (-float(scores[pair[0]]), pair[1]),
+    )[:k]
+    return [(i, str(d), float(scores[i])) for i, d in ranked]
+
+
+def test_lookups_across_record_batches_are_unchanged(tmp_path: Path) -> None:
+    """docs.arrow holds one record batch per build batch; ids and texts read
+    from the batch holding each row equal a take over the whole column, and
+    search results (ids, scores, ties in doc-id order) equal the old ones."""
+    rng = np.random.default_rng(3)
+    words = ["广州市", "深圳市", "护照", "身份证", "婚姻", "登记", "收费", "材料"]
+    docs: dict[str, str] = {}
+    for i in range(120):
+        picked = rng.choice(words, size=int(rng.integers(1, 5)))
+        # Every third text is repeated under another id: many exact ties.
+        docs[f"doc-{(i * 37) % 120:04d}"] = (
+            " ".join(picked) if i % 3 else "广州市 收费 材料"
+        )
+    items = list(docs.items())
+    batches = [
+        ([d for d, _ in items[lo : lo + 7]], [t for _, t in items[lo : lo + 7]])
+        for lo in range(0, len(items), 7)
+    ]
+    build_bm25_index(batches, tmp_path / "idx", language="zh")
+    index = Bm25Index(tmp_path / "idx")
+    assert index._docs.column(schema.DOC_ID).num_chunks == len(batches)
+    texts = [t for _, t in items]
+    positions = [0, 6, 7, 13, 14, 119, 118, 7, *rng.integers(0, 120, 40).tolist()]
+    assert index.texts(positions) == [texts[p] for p in positions]
+    assert index._take(schema.DOC_ID, np.asarray(positions)) == [
+        items[p][0] for p in positions
+    ]
+    assert index.doc_ids() == [d for d, _ in items]
+    with pytest.raises(IndexError):
+        index.texts([120])
+    queries = [
+        *words,
+        "广州市 says 3f9a1b2c4d5e",
+        "广州市 收费",
+        "护照 登记 材料 护照",
+        "absent 护照",
+    ]
+    for query in queries:
+        for k in (1, 3, 8, 200):
+            got = [(h.index, h.doc_id, h.score) for h in index.search(query, k=k)]
+            assert got == _search_as_before(index, query, k)
+    # Ties are ordered by doc id.
+    tied = [h.doc_id for h in index.search("广州市 收费 材料", k=5)]
+    assert tied == sorted(tied)
