@@ -235,13 +235,13 @@ def _index_state(run_dir: Path) -> dict[str, int]:
 
 
 def grow_one(
-    records: int, sample_size: int, size: int, *, out: Path = OUT
+    records: int, sample_size: int, size: int, *, out_dir: Path = OUT
 ) -> dict[str, Any]:
     """Run :func:`run_one`'s kept dir again with ``sample.size: size``."""
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
 
-    base = out / f"scale{records}-sample{sample_size}"
+    base = out_dir / f"scale{records}-sample{sample_size}"
     run_dir, cfg_path = base / "run", base / "run.yaml"
     cfg_dict = yaml.safe_load(cfg_path.read_text())
     before = _index_state(run_dir)
@@ -277,13 +277,13 @@ def run_one(
     keep: bool,
     sample_size: int | None = None,
     builtin_rag: bool = False,
-    out: Path = OUT,
+    out_dir: Path = OUT,
 ) -> dict[str, Any]:
     from cube_ray.config import RunConfig
     from cube_ray.pipeline import RunOptions, run_pipeline
 
     name = f"scale{records}" + (f"-sample{sample_size}" if sample_size else "")
-    base = out / name
+    base = out_dir / name
     shutil.rmtree(base, ignore_errors=True)
     t0 = time.perf_counter()
     # In a child process: the driver's memory is then the run's alone (writing
@@ -336,7 +336,7 @@ def run_one(
     if not keep:
         shutil.rmtree(base, ignore_errors=True)
     series = [{"t": t, "kinds": _by_kind(kinds)} for t, kinds in sampler.series]
-    (out / f"{name}-memory.json").write_text(json.dumps(series))
+    (out_dir / f"{name}-memory.json").write_text(json.dumps(series))
     return out
 
 
@@ -375,18 +375,18 @@ def main() -> None:
             keep=args.keep or args.grow_to is not None,
             sample_size=args.sample_size,
             builtin_rag=args.builtin_rag,
-            out=args.out,
+            out_dir=args.out,
         )
+        # Printed before a growth, so that a growth cut short loses nothing.
+        print(json.dumps(result), flush=True)
         if args.grow_to is not None:
             # A fresh process again: the grown run starts as a user's would.
-            result.update(
-                in_fresh_process(
-                    grow_one, n, args.sample_size, args.grow_to, out=args.out
-                )
+            grown = in_fresh_process(
+                grow_one, n, args.sample_size, args.grow_to, out_dir=args.out
             )
+            print(json.dumps({"records": n, **grown}), flush=True)
             if not args.keep:
                 shutil.rmtree(args.out / f"scale{n}-sample{args.sample_size}")
-        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
