@@ -134,6 +134,8 @@ if TYPE_CHECKING:
     from cube_ray.aggregate._replicate_rows import k_of
     from cube_ray.aggregate._resample import (
         DEFAULT_INTERVAL,
+        DEFAULT_RESAMPLES,
+        DEFAULT_SEED,
         INTERVAL_METHODS,
         IntervalMethod,
         bca_interval,
@@ -165,6 +167,8 @@ __all__ = [
     "COUNT",
     "CUBE",
     "DEFAULT_INTERVAL",
+    "DEFAULT_RESAMPLES",
+    "DEFAULT_SEED",
     "DEGENERATE",
     "DEGENERATE_BOUNDS",
     "HUMAN_JUDGE",
@@ -338,6 +342,8 @@ _HOME = {
     "SystemInterval": "_model",
     "WithoutOwnModel": "_model",
     "DEFAULT_INTERVAL": "_resample",
+    "DEFAULT_RESAMPLES": "_resample",
+    "DEFAULT_SEED": "_resample",
     "INTERVAL_METHODS": "_resample",
     "IntervalMethod": "_resample",
     "bca_interval": "_resample",

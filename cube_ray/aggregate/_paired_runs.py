@@ -18,7 +18,12 @@ from cube_ray import schema
 from cube_ray.aggregate._intervals import summary_replicates
 from cube_ray.aggregate._model import PairedComparison, Summary
 from cube_ray.aggregate._paired import paired_comparison
-from cube_ray.aggregate._resample import IntervalMethod, check_method
+from cube_ray.aggregate._resample import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    IntervalMethod,
+    check_method,
+)
 
 __all__ = ["RunTables", "RunsComparison", "compare_runs"]
 
@@ -68,8 +73,8 @@ def compare_runs(
     first: RunTables,
     second: RunTables,
     *,
-    n_resamples: int = 1000,
-    seed: int = 0,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
     method: IntervalMethod = "bca",
     confidence: float = 0.95,
 ) -> RunsComparison:

@@ -51,6 +51,11 @@ DEFAULT_INTERVAL: IntervalMethod = "bca"
 """The headline's interval, chosen by the coverage that ``benchmarks/validity.py``
 measured (BENCHMARKS.md): BCa stayed within 93-97 % in every simulated setting,
 the percentile interval over-covered (97.7 %) with integer judge scores."""
+DEFAULT_RESAMPLES = 1000
+"""Bootstrap replicates of every interval unless asked otherwise (a run's summary,
+``cube-ray aggregate``, the report and the comparison page)."""
+DEFAULT_SEED = 0
+"""Seed of the bootstrap's resamples unless asked otherwise."""
 
 Interval = tuple[float | None, float | None]
 

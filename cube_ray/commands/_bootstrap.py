@@ -1,14 +1,14 @@
 """The bootstrap flags' defaults, read from the aggregation (never a copy).
 
 The headline's interval of a run is :func:`cube_ray.aggregate.with_intervals`
-with its own defaults (``cube_ray.pipeline.summary``); ``cube-ray aggregate``
+with the aggregation's defaults (``DEFAULT_RESAMPLES``, ``DEFAULT_SEED``,
+``DEFAULT_INTERVAL``) (``cube_ray.pipeline.summary``); ``cube-ray aggregate``
 takes the same ones, so rewriting a run's summary gives the one the run wrote.
 The interval methods are :data:`cube_ray.aggregate.INTERVAL_METHODS`.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 __all__ = ["BootstrapDefaults", "bootstrap_defaults", "interval_methods"]
@@ -24,19 +24,20 @@ class BootstrapDefaults:
 
 
 def bootstrap_defaults() -> BootstrapDefaults:
-    """The keyword defaults of :func:`cube_ray.aggregate.with_intervals`.
+    """The aggregation's bootstrap defaults, as ``with_intervals`` takes them.
 
-    >>> from cube_ray.aggregate import DEFAULT_INTERVAL
-    >>> bootstrap_defaults().interval == DEFAULT_INTERVAL
+    >>> import inspect
+    >>> from cube_ray.aggregate import with_intervals
+    >>> d = bootstrap_defaults()
+    >>> params = inspect.signature(with_intervals).parameters
+    >>> (d.resamples, d.seed, d.interval) == tuple(
+    ...     params[name].default for name in ("n_resamples", "seed", "method"))
     True
     """
-    from cube_ray.aggregate import with_intervals
+    from cube_ray.aggregate import DEFAULT_INTERVAL, DEFAULT_RESAMPLES, DEFAULT_SEED
 
-    params = inspect.signature(with_intervals).parameters
     return BootstrapDefaults(
-        resamples=params["n_resamples"].default,
-        seed=params["seed"].default,
-        interval=params["method"].default,
+        resamples=DEFAULT_RESAMPLES, seed=DEFAULT_SEED, interval=DEFAULT_INTERVAL
     )
 
 

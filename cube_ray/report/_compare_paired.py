@@ -12,6 +12,7 @@ from itertools import combinations
 
 from cube_ray.aggregate import (
     DEFAULT_INTERVAL,
+    DEFAULT_RESAMPLES,
     IntervalMethod,
     RunsComparison,
     RunTables,
@@ -27,9 +28,6 @@ from cube_ray.report._paired import (
 from cube_ray.report._render import Para, Section
 
 __all__ = ["paired_runs_section", "question_sets_text"]
-
-DEFAULT_RESAMPLES = 1000
-"""Resamples when neither the command nor the first run's summary gives any."""
 
 
 def question_sets_text(first: str, second: str, result: RunsComparison) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from cube_ray import __version__, schema
 from cube_ray.aggregate import (
     DEFAULT_INTERVAL,
+    DEFAULT_RESAMPLES,
     IntervalMethod,
     Intervals,
     check_method,
@@ -49,9 +50,6 @@ from cube_ray.report._words import SAME_JUDGES, interval_method, plural
 from cube_ray.sample import load_strata
 
 __all__ = ["ReportPaths", "build_sections", "resolve_intervals", "write_report"]
-
-DEFAULT_RESAMPLES = 1000
-"""Resamples when the summary records no interval and none is asked for."""
 
 
 @dataclass(frozen=True)
