@@ -27,8 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cube_ray.aggregate import (
+    DEFAULT_INTERVAL,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    INTERVAL_METHODS,
+)
 from cube_ray.aggregate._options import AggregateOptions
-from cube_ray.commands._bootstrap import bootstrap_defaults, interval_methods
 
 __all__ = ["parse_k", "register", "run"]
 
@@ -114,27 +119,26 @@ def register(subparsers: Any) -> None:
         " out of the across-judge figures (default: the run's own"
         " aggregate.require_qualification, else no; CUBE_METHOD.md section 12)",
     )
-    boot = bootstrap_defaults()  # those of the run's own summary
     parser.add_argument(
         "--resamples",
         type=int,
-        default=boot.resamples,
+        default=DEFAULT_RESAMPLES,  # those of a run's own summary
         metavar="B",
         help="bootstrap resamples of the questions for the headline's interval "
-        f"(0: no interval; default {boot.resamples})",
+        f"(0: no interval; default {DEFAULT_RESAMPLES})",
     )
     parser.add_argument(
         "--seed",
         type=int,
-        default=boot.seed,
-        help=f"bootstrap seed (default {boot.seed})",
+        default=DEFAULT_SEED,
+        help=f"bootstrap seed (default {DEFAULT_SEED})",
     )
     parser.add_argument(
         "--interval",
-        choices=interval_methods(),
-        default=boot.interval,
+        choices=INTERVAL_METHODS,
+        default=DEFAULT_INTERVAL,
         help="bootstrap interval: bca (bias-corrected and accelerated) or "
-        f"percentile (default {boot.interval}: its coverage was closest to 95 %% "
+        f"percentile (default {DEFAULT_INTERVAL}: its coverage was closest to 95 %% "
         "in BENCHMARKS.md)",
     )
     parser.add_argument(
@@ -343,7 +347,7 @@ def _calibrated(
         raise ConfigError(
             f"--human needs the bootstrap (--resamples >= 2), got --resamples "
             f"{args.resamples}; leave --resamples at its default "
-            f"({bootstrap_defaults().resamples})"
+            f"({DEFAULT_RESAMPLES})"
         )
     return with_calibration(
         summary,

@@ -48,15 +48,15 @@ def register(subparsers: Any) -> None:
 
 def add_interval_argument(parser: Any) -> None:
     """``--interval percentile|bca`` (shared by ``report`` and ``compare``)."""
-    from cube_ray.commands._bootstrap import bootstrap_defaults, interval_methods
+    from cube_ray.aggregate import DEFAULT_INTERVAL, INTERVAL_METHODS
 
     parser.add_argument(
         "--interval",
-        choices=interval_methods(),
+        choices=INTERVAL_METHODS,
         default=None,
         help="bootstrap interval: percentile or bca (bias-corrected and "
         "accelerated); default: the one summary.json records "
-        f"({bootstrap_defaults().interval}, whose coverage BENCHMARKS.md measured "
+        f"({DEFAULT_INTERVAL}, whose coverage BENCHMARKS.md measured "
         "closest to 95 %%, when it has none)",
     )
 
