@@ -22,14 +22,12 @@ import polars as pl
 import pytest
 
 from cube_ray.audit import AuditKey
-from cube_ray.audit._xlsx import have_openpyxl
 from cube_ray.sample import SampleState, sample_block, sample_order, write_sample
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 WORKED = SHARED / "examples" / "worked"
 RECORDS = SHARED / "data" / "guangdong_service_items" / "records.jsonl"
 POPULATION, SAMPLE, SEED = 200, 120, 11
-HAVE_OPENPYXL = have_openpyxl()
 
 pytestmark = pytest.mark.skipif(
     not (RECORDS.is_file() and (WORKED / "answers.parquet").is_file()),
@@ -145,9 +143,8 @@ def test_draw_fill_import(run_dir: Path, tmp_path: Path) -> None:
     folder = run_dir / "audit"
     sheet = folder / "audit-12.csv"
     assert sheet.read_bytes().startswith(b"\xef\xbb\xbf")
-    workbook = ["audit-12.xlsx"] if HAVE_OPENPYXL else []
     assert {p.name for p in folder.iterdir()} == {
-        "audit-12.csv", "audit-12.key.json", "audit-12.rubrics.txt", *workbook,
+        "audit-12.csv", "audit-12.key.json", "audit-12.rubrics.txt", "audit-12.xlsx",
     }  # fmt: skip
     key = AuditKey.read(folder / "audit-12.key.json")
     rows = read_sheet(sheet)
@@ -285,7 +282,6 @@ def test_nested_and_stratified(run_dir: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "o2").exists()
 
 
-@pytest.mark.skipif(not HAVE_OPENPYXL, reason="openpyxl (the report extra) is missing")
 def test_workbook_draw_fill_import(run_dir: Path, tmp_path: Path) -> None:
     import openpyxl
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import openpyxl  # the report extra, which `make test` installs: no skip
 import polars as pl
 import pytest
 
@@ -438,7 +439,6 @@ def test_a_config_that_no_longer_validates_falls_back_and_says_why(
 
 
 def _workbook_rows(path: Path) -> list[list[str]]:
-    openpyxl = pytest.importorskip("openpyxl")
     sheet = openpyxl.load_workbook(path)["audit"]
     return [
         ["" if v is None else v for v in r] for r in sheet.iter_rows(values_only=True)
@@ -446,7 +446,6 @@ def _workbook_rows(path: Path) -> list[list[str]]:
 
 
 def test_workbook_holds_the_csv_rows_and_a_raters_aids(tmp_path: Path) -> None:
-    openpyxl = pytest.importorskip("openpyxl")
     run = make_run(tmp_path / "run", n=6)
     answers = pl.read_parquet(run / "answers" / "part-00000.parquet")
     answers.with_columns(
@@ -514,7 +513,6 @@ def test_workbook_holds_the_csv_rows_and_a_raters_aids(tmp_path: Path) -> None:
 
 def _fill_workbook(path: Path, out: Path, values: dict[str, object]) -> Path:
     """Write cells (``"F3": 7``) into a copy of a workbook, as a rater's Excel does."""
-    openpyxl = pytest.importorskip("openpyxl")
     book = openpyxl.load_workbook(path)
     for ref, value in values.items():
         book["audit"][ref] = value
@@ -523,7 +521,6 @@ def _fill_workbook(path: Path, out: Path, values: dict[str, object]) -> Path:
 
 
 def test_a_filled_workbook_imports_as_its_csv_does(tmp_path: Path) -> None:
-    pytest.importorskip("openpyxl")
     run = make_run(tmp_path / "run", n=8)
     write_worksheet(run, size=2)  # a second, smaller sheet: two keys to choose from
     sheet = write_worksheet(run, size=4)
@@ -600,7 +597,6 @@ def test_every_bad_cell_of_a_workbook_is_one_clear_error(
     where: str,
     what: str,
 ) -> None:
-    openpyxl = pytest.importorskip("openpyxl")
     run, _, _ = drawn
     book = openpyxl.load_workbook(run / "audit" / "audit-4.xlsx")
     for r in range(2, book["audit"].max_row + 1):  # every question scored 5
@@ -620,7 +616,6 @@ def test_every_bad_cell_of_a_workbook_is_one_clear_error(
 def test_a_file_that_is_no_workbook_is_named(
     drawn: tuple[Path, AuditKey, list[list[str]]], tmp_path: Path
 ) -> None:
-    pytest.importorskip("openpyxl")
     run, _, filled = drawn
     path = save(tmp_path / "filled.xlsx", filled)  # a CSV given an .xlsx name
     with pytest.raises(InputError, match=r"filled\.xlsx: not a readable Excel work"):
