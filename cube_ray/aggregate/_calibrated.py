@@ -55,6 +55,7 @@ from cube_ray.aggregate._ppi import (
     power_tuned_lambda,
     two_sample_jackknife,
 )
+from cube_ray.aggregate._replicate_rows import scored_dimensions
 from cube_ray.aggregate._resample import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -221,14 +222,7 @@ def calibrate(
             "rename the judge in the config.",
             field=schema.JUDGE,
         )
-    if dimensions is None:
-        dimensions = (
-            scores.get_column(schema.DIMENSION)
-            .cast(pl.String)
-            .unique(maintain_order=True)
-            .to_list()
-        )
-    dims = list(dimensions)
+    dims = scored_dimensions(scores, dimensions)
     check_ratings(ratings, answers, dims, source)
     if ratings.height == 0:
         raise InputError("the human ratings have no rows", path=source)

@@ -40,7 +40,25 @@ __all__ = [
     "decode",
     "k_of",
     "prepare",
+    "scored_dimensions",
 ]
+
+
+def scored_dimensions(
+    scores: pl.DataFrame, dimensions: Sequence[str] | None
+) -> list[str]:
+    """``dimensions`` as given, else those of ``scores`` in their first order.
+
+    >>> scored_dimensions(pl.DataFrame({"dimension": ["b", "a", "b"]}), None)
+    ['b', 'a']
+    >>> scored_dimensions(pl.DataFrame({"dimension": ["b"]}), ("a",))
+    ['a']
+    """
+    if dimensions is not None:
+        return list(dimensions)
+    column = scores.get_column(schema.DIMENSION).cast(pl.String)
+    return [str(d) for d in column.unique(maintain_order=True).to_list()]
+
 
 IntArray = npt.NDArray[np.int64]
 
@@ -163,14 +181,7 @@ def prepare(
     judges = sorted(
         str(j) for j in scores.get_column(schema.JUDGE).cast(pl.String).unique()
     )
-    if dimensions is None:
-        dimensions = (
-            scores.get_column(schema.DIMENSION)
-            .cast(pl.String)
-            .unique(maintain_order=True)
-            .to_list()
-        )
-    dims = list(dimensions)
+    dims = scored_dimensions(scores, dimensions)
     nj, nd = len(judges), len(dims)
 
     a = answers.with_columns(
