@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cube_ray.config import RunConfig
 from cube_ray.pipeline.compaction import Compaction
@@ -42,11 +42,8 @@ from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.pipeline.sources import StageSources
-from cube_ray.pipeline.state import RunState
+from cube_ray.pipeline.state import RunOptions, RunState
 from cube_ray.systems.kinds import system_kind
-
-if TYPE_CHECKING:
-    from cube_ray.pipeline.run import RunOptions
 
 __all__ = ["_Driver"]
 

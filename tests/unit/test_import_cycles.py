@@ -1,7 +1,9 @@
 """No import cycle among cube_ray's modules.
 
 Every ``import`` counts, at module level or inside a function (a lazy import
-is still a dependency), except those under ``if TYPE_CHECKING:``. An edge goes
+is still a dependency); imports under ``if TYPE_CHECKING:`` count too (a type
+that has to be imported from a module that imports you is a circle of the
+design, whether or not Python runs it), and the helpers can leave them out. An edge goes
 to the module named (``from pkg import mod`` to ``pkg.mod`` when that is a
 module); a package's ``__init__`` importing its own modules is not a cycle.
 """
@@ -31,13 +33,19 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def _imported(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+def _imported(
+    tree: ast.AST, modules: dict[str, Path], *, type_checking: bool
+) -> set[str]:
     found: set[str] = set()
     todo = [tree]
     while todo:
         node = todo.pop()
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
+            if (
+                isinstance(child, ast.If)
+                and _type_checking(child)
+                and not type_checking
+            ):
                 todo.extend(child.orelse)
                 continue
             if isinstance(child, ast.Import):
@@ -50,11 +58,19 @@ def _imported(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
     return found & set(modules)
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports."""
+def import_graph(
+    root: Path, package: str, *, type_checking: bool = True
+) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (with ``type_checking``, also
+    those imported under ``if TYPE_CHECKING:``)."""
     modules = _modules(root, package)
     return {
-        name: _imported(ast.parse(path.read_text(encoding="utf-8")), modules) - {name}
+        name: _imported(
+            ast.parse(path.read_text(encoding="utf-8")),
+            modules,
+            type_checking=type_checking,
+        )
+        - {name}
         for name, path in modules.items()
     }
 
@@ -107,6 +123,23 @@ def test_a_lazy_import_back_is_a_cycle(tmp_path: Path) -> None:
     (pkg / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
     )
-    graph = import_graph(tmp_path, "pkg")
-    assert graph["pkg.c"] == set()  # type-only imports are not dependencies
+    graph = import_graph(tmp_path, "pkg", type_checking=False)
+    assert graph["pkg.c"] == set()  # left out on request
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert import_graph(tmp_path, "pkg")["pkg.c"] == {"pkg.a"}
+
+
+def test_a_type_checking_import_back_is_a_cycle(tmp_path: Path) -> None:
+    """``RunOptions`` once lived in ``run.py``, which imports ``driver.py``,
+    which imported ``RunOptions`` for its annotations only: a circle."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run.py").write_text("from pkg.driver import go\nclass Options: ...\n")
+    (pkg / "driver.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.run import Options\n"
+        "def go(o: 'Options') -> None: ...\n"
+    )
+    assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.driver", "pkg.run"]]
+    assert cycles(import_graph(tmp_path, "pkg", type_checking=False)) == []
