@@ -28,6 +28,7 @@ from cube_ray.systems.kinds import system_kind
 __all__ = [
     "FileUse",
     "PlanRow",
+    "engine_label",
     "estimate_tokens",
     "file_uses",
     "format_env_uses",
@@ -82,7 +83,15 @@ def _price(cfg: object) -> tuple[float, float] | None:
     return None if price is None else (price.prompt, price.completion)
 
 
-def _engine_name(cfg: object) -> str:
+def engine_label(cfg: object) -> str:
+    """An engine's name in the plan's rows: ``backend:model`` (or the backend).
+
+    >>> from types import SimpleNamespace as NS
+    >>> engine_label(NS(backend="vllm", model="Qwen/Qwen2.5-7B"))
+    'vllm:Qwen/Qwen2.5-7B'
+    >>> engine_label(NS(backend="reference"))
+    'reference'
+    """
     backend = getattr(cfg, "backend", "?")
     model = getattr(cfg, "model", None) or getattr(cfg, "served_name", None)
     return f"{backend}:{model}" if model else str(backend)
@@ -105,7 +114,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
         doc_tokens = round(doc_tokens * share)
         n_docs = min(config.sample.size, n_docs)
     mean_doc = doc_tokens / max(n_docs, 1)
-    gen = _engine_name(config.generator)
+    gen = engine_label(config.generator)
     gen_price = _price(config.generator)
     rows: list[PlanRow] = []
     if config.questions.source == "generate":
@@ -186,7 +195,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                         + answer_len
                     )
                     total = calls * per + n_faults * rubric_tokens
-                    name = _engine_name(engine)
+                    name = engine_label(engine)
                     rows.append(
                         PlanRow(
                             spec.label, name, calls, total, None, calls, _price(engine)
@@ -198,7 +207,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                 continue
             total = shared * len(rubrics) + n_answers * rubric_tokens
             unique = shared + n_answers * rubric_tokens
-            name = _engine_name(engine)
+            name = engine_label(engine)
             rows.append(
                 PlanRow(spec.label, name, calls, total, unique, calls, _price(engine))
             )

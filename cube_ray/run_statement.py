@@ -33,7 +33,7 @@ from cube_ray.cpu_time import (
 )
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION
-from cube_ray.plan import PlanRow, _engine_name, plan_run
+from cube_ray.plan import PlanRow, engine_label, plan_run
 
 __all__ = [
     "CpuInfo",
@@ -128,9 +128,9 @@ def _params_of(model: Path) -> int | None:
 def _needs_conversion(engine: Any) -> bool:
     if engine.backend != "embedded":
         return False
-    from cube_ray.engines.embedded import _DONE, model_dir
+    from cube_ray.engines.embedded import is_converted
 
-    return not (model_dir(engine) / _DONE).is_file()
+    return not is_converted(engine)
 
 
 def estimate_run(
@@ -189,7 +189,7 @@ def _row_engine(config: RunConfig, row: PlanRow) -> Any:
     prefix, _, judge = row.stage.partition(":")
     if prefix in {"scores", QUALIFICATION} and judge in config.judges:
         return config.judges[judge]
-    if row.engine != _engine_name(config.generator):
+    if row.engine != engine_label(config.generator):
         return None  # a system's own engine, a file, no LLM
     return config.generator
 

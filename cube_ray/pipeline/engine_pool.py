@@ -414,9 +414,9 @@ def _say_console(text: str) -> None:
 def _start_work(config: Any) -> str:
     """What an engine host does before its first call (for the console)."""
     if getattr(config, "backend", None) == "embedded":
-        from cube_ray.engines.embedded import _DONE, model_dir
+        from cube_ray.engines.embedded import is_converted
 
-        if not (model_dir(config) / _DONE).is_file():
+        if not is_converted(config):
             return (
                 "converting the embedded model once (a few minutes; later runs "
                 "reuse it), then loading it"

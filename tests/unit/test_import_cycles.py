@@ -143,3 +143,44 @@ def test_a_type_checking_import_back_is_a_cycle(tmp_path: Path) -> None:
     )
     assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.driver", "pkg.run"]]
     assert cycles(import_graph(tmp_path, "pkg", type_checking=False)) == []
+
+
+def _package_of(module: str) -> str:
+    """``cube_ray.pipeline.run`` -> ``cube_ray.pipeline``; a top-level module
+    (``cube_ray.plan``) is its own package."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def private_imports(root: Path, package: str) -> list[str]:
+    """``importer: module.name`` for every private name (``_x``, not dunder)
+    imported from a module of another package, type-only imports included."""
+    modules = _modules(root, package)
+    found = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if _package_of(node.module) == _package_of(name):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and node.module.startswith(package + "."):
+                    found.append(f"{name}: {node.module}.{alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    """A name another package needs is public API of its owner (``plan``'s
+    ``engine_label``, ``embedded.is_converted`` were ``_engine_name``/``_DONE``)."""
+    assert private_imports(ROOT, "cube_ray") == []
+
+
+def test_a_private_import_across_packages_is_found(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "a").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a" / "x.py").write_text("_SECRET = 1\n")
+    (tmp_path / "pkg" / "a" / "y.py").write_text("from pkg.a.x import _SECRET\n")
+    (tmp_path / "pkg" / "b.py").write_text("from pkg.a.x import _SECRET\n")
+    assert private_imports(tmp_path, "pkg") == ["pkg.b: pkg.a.x._SECRET"]
