@@ -19,7 +19,7 @@ from scipy import stats
 
 from cube_ray import schema
 from cube_ray.aggregate._bootstrap import FixedWeights, evaluate_replicates
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
 
 __all__ = [
     "HUMAN_JUDGE",

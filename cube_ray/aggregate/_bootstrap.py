@@ -45,7 +45,6 @@ from cube_ray.aggregate._math import (
     trimmed_means,
     weighted_totals,
 )
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._replicate_rows import (
     DCODE,
     GROUP,
@@ -59,6 +58,7 @@ from cube_ray.aggregate._replicate_rows import (
     decode,
     prepare,
 )
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import ConfigError
 
 __all__ = [

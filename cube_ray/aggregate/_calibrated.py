@@ -48,7 +48,6 @@ from cube_ray.aggregate._model import (
     FigureInterval,
     Summary,
 )
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._ppi import (
     calibrated_value,
     effective_gain,
@@ -68,6 +67,7 @@ from cube_ray.aggregate._resample import (
     resample_indices,
     strata_positions,
 )
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = [

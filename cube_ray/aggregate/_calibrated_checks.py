@@ -20,13 +20,13 @@ import polars as pl
 from cube_ray import schema
 from cube_ray.aggregate._bootstrap import CubeReplicates
 from cube_ray.aggregate._model import Reason, Separation
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import (
     DELTA,
     paired_differences,
     separated,
     wilcoxon_greater,
 )
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = ["PEOPLE_NOT_SEPARATED", "check_ratings", "people_separation"]

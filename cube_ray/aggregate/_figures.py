@@ -36,8 +36,8 @@ from cube_ray.aggregate._math import (
     recall_at_k,
     weighted_totals,
 )
-from cube_ray.aggregate._options import WeightsError
 from cube_ray.aggregate._passes import Study
+from cube_ray.config import WeightsError
 
 MISSING_SCORES_TEXT = "missing scores"
 """Reason of a normalised figure without one of its three trimmed means."""

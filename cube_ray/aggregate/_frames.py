@@ -27,8 +27,8 @@ import polars as pl
 from cube_ray import schema
 from cube_ray.aggregate._availability import unavailable_sets
 from cube_ray.aggregate._math import COUNT, RANK_SCORE, rank_scores
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import EngineType
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import ConfigError, InputError
 
 WEIGHTED = "weighted"

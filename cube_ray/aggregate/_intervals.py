@@ -26,7 +26,6 @@ from cube_ray.aggregate._bootstrap import (
 )
 from cube_ray.aggregate._frames import CUBE
 from cube_ray.aggregate._model import FigureInterval, Intervals, Summary, SystemInterval
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._paired import Replicates, compare_systems
 from cube_ray.aggregate._resample import (
     DEFAULT_INTERVAL,
@@ -42,6 +41,7 @@ from cube_ray.aggregate._resample import (
     stratified_jackknife,
     within_strata,
 )
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = [

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = [

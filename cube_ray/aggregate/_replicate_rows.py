@@ -21,7 +21,7 @@ from scipy import sparse
 
 from cube_ray import schema
 from cube_ray.aggregate._math import COUNT, RANK_SCORE, rank_scores
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import ConfigError
 
 __all__ = [

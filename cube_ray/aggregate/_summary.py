@@ -34,13 +34,13 @@ from cube_ray.aggregate._frames import (
     sorted_flags,
 )
 from cube_ray.aggregate._model import SCHEMA_VERSION, Sample, Summary
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._passes import Study, score_passes
 from cube_ray.aggregate._qualification import (
     QualificationInput,
     QualificationResult,
     qualify,
 )
+from cube_ray.config import AggregateOptions
 
 __all__ = [
     "DEGENERATE",

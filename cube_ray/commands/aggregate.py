@@ -33,7 +33,7 @@ from cube_ray.aggregate import (
     DEFAULT_SEED,
     INTERVAL_METHODS,
 )
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
 
 __all__ = ["parse_k", "register", "run"]
 

@@ -25,9 +25,8 @@ import pytest
 
 from cube_ray import schema
 from cube_ray.aggregate import QualificationInput, summarize
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._qualification import fault_detection, fixed_weights
-from cube_ray.config import DEFAULT_DETECTS
+from cube_ray.config import DEFAULT_DETECTS, AggregateOptions
 from cube_ray.corpus import stable_hash
 from cube_ray.engines.base import JudgeItem, ScoreResult
 from cube_ray.qualification import KINDS, GoldDocument, compose_answer, seeded_sample

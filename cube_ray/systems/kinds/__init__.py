@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cube_ray.errors import ConfigError
-from cube_ray.systems.kinds.base import SystemConfigBase
+from cube_ray.systems.kinds.base import DEFAULT_K, SystemConfigBase
 
 if TYPE_CHECKING:
     from cube_ray.engines.base import Engine
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from cube_ray.systems.base import SystemUnderTest
 
 __all__ = [
+    "DEFAULT_K",
     "Endpoint",
     "PlanCounts",
     "Preparation",

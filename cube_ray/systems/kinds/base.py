@@ -10,10 +10,13 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from cube_ray._pydantic import StrictModel
-from cube_ray.aggregate._options import DEFAULT_K
 from cube_ray.engines.config import PoolConfig
 
-__all__ = ["SystemConfigBase"]
+__all__ = ["DEFAULT_K", "SystemConfigBase"]
+
+DEFAULT_K = 8
+"""Retrieval depth when none is given: a system's ``k`` (rank scores, recall@k)
+and the aggregation's ``k`` without a run config."""
 
 
 class SystemConfigBase(StrictModel):
