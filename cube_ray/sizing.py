@@ -14,7 +14,6 @@ interval.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import polars as pl
 from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.errors import InputError
+from cube_ray.manifest import MANIFEST, Manifest
 
 __all__ = [
     "COST_KEYS",
@@ -179,7 +179,7 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     from cube_ray.tables import read_answers, read_scores
 
     root = Path(run_dir)
-    manifest = _manifest(root)
+    manifest = Manifest.load(root)
     answers = read_answers(root / "answers")
     scores = read_scores(root / "scores")
     q_files = sorted((root / "questions").glob("part-*.parquet"))
@@ -204,23 +204,19 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     }
     if questions.height and config.questions.source == "generate":
         tokens.update(_tokens(questions, pl.lit("questions")))
-    engines: Mapping[str, Any] = manifest.get("engines") or {}
-    written: Mapping[str, Any] = manifest.get("stages") or {}
+    engines, written = manifest.engines, manifest.stages
     stage_engines = _stage_engines(config)
     out: list[EngineUse] = []
     for stage, (prompt, completion) in sorted(tokens.items()):
         engine = stage_engines.get(stage)
         eid = engine_id(engine) if engine is not None else "-"
         speed = None
-        stats = engines.get(eid) or {}
-        busy = stats.get("busy_s")
-        done = sum(
-            int((written.get(s) or {}).get("prompt_tokens") or 0)
-            + int((written.get(s) or {}).get("completion_tokens") or 0)
-            for s in stats.get("stages") or []
-        )
-        if isinstance(busy, int | float) and done > 0:
-            speed = float(busy) / done
+        stats = engines.get(eid)
+        busy = stats.busy_s if stats is not None else None
+        served = stats.stages if stats is not None else []
+        done = sum(written[s].tokens for s in served if s in written)
+        if busy is not None and done > 0:
+            speed = busy / done
         price = getattr(engine, "price_per_mtok", None)
         out.append(
             EngineUse(
@@ -276,28 +272,16 @@ def cost_at(uses: list[EngineUse], questions: int) -> dict[str, Any]:
     }
 
 
-def _manifest(root: Path) -> dict[str, Any]:
-    path = root / "manifest.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        msg = f"manifest.json is missing or unreadable ({exc}); plan from a run dir"
-        raise InputError(msg, path=str(path)) from None
-    if not isinstance(data, dict):
-        raise InputError("manifest.json must hold a JSON object", path=str(path))
-    return data
-
-
 def run_config(run_dir: str | Path, config_path: str | None = None) -> RunConfig:
     """The run's config: ``config_path`` if given, else the manifest's record."""
     if config_path is not None:
         return RunConfig.from_yaml(config_path)
     root = Path(run_dir)
-    recorded = _manifest(root).get("config")
-    if not isinstance(recorded, dict):
-        msg = "manifest.json records no config; pass --config CONFIG"
-        raise InputError(msg, path=str(root / "manifest.json"))
-    return RunConfig.from_dict(recorded, source=f"{root / 'manifest.json'} (config)")
+    recorded = Manifest.load(root).config
+    if recorded is None:
+        msg = f"{MANIFEST} records no config; pass --config CONFIG"
+        raise InputError(msg, path=str(root / MANIFEST))
+    return RunConfig.from_dict(recorded, source=f"{root / MANIFEST} (config)")
 
 
 def plan_sample(

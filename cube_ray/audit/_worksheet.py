@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from cube_ray.audit._draw import (
 from cube_ray.audit._key import ROW, AuditKey, KeyDimension, KeyRow, write_atomic
 from cube_ray.audit._xlsx import EXTRA, have_openpyxl, write_xlsx
 from cube_ray.errors import InputError
+from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.sample import STRATUM, load_strata, read_sample
 
 __all__ = [
@@ -325,13 +325,11 @@ def _rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
     from cube_ray.config import RunConfig
     from cube_ray.errors import CubeRayError
 
-    manifest = root / "manifest.json"
+    manifest = root / MANIFEST
     why = "the run dir records no config"
-    try:
-        recorded = json.loads(manifest.read_text(encoding="utf-8")).get("config")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    if isinstance(recorded, dict):
+    record = Manifest.read(root)
+    recorded = record.config if record is not None else None
+    if recorded is not None:
         try:
             config = RunConfig.from_dict(recorded, source=str(manifest))
             return list(config.rubrics().items()), f"the run's config ({manifest})"

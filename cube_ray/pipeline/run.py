@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import importlib.metadata
-import json
 import os
 import shutil
 import signal
@@ -39,16 +38,12 @@ from cube_ray.console import console, quiet_console
 from cube_ray.corpus import with_prompt_language
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
+from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.pipeline import heap
 from cube_ray.pipeline.driver import _Driver
 from cube_ray.pipeline.method import DOCUMENTS, QUALIFICATION_TABLES, TABLES
-from cube_ray.pipeline.ownership import (
-    check_config_owner,
-    check_corpus_owner,
-    read_manifest,
-)
+from cube_ray.pipeline.ownership import check_config_owner, check_corpus_owner
 from cube_ray.pipeline.parts import (
-    _TMP_PREFIX,
     StageStats,
     _rows_in,
     part_files,
@@ -111,12 +106,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
-    tmp.replace(path)
-
-
 def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     """Connect to (or start) Ray as a run would; True when the caller owns it.
 
@@ -168,15 +157,15 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
         options = dataclasses.replace(options, limit=config.corpus.limit)
     driver = _Driver(config, options)
     started = _utc()
-    manifest = read_manifest(options.run_dir)
+    previous = Manifest.read(options.run_dir)
     if not options.update:
-        check_config_owner(options.run_dir, config, manifest)
+        check_config_owner(options.run_dir, config, previous)
     staged = driver.intake.stage_documents()  # a bad corpus fails before Ray starts
     if not options.update:
         try:  # before any write: the run dir may be another run's
             check_corpus_owner(
                 options.run_dir,
-                manifest,
+                previous,
                 fingerprint=staged[1],
                 old_documents=part_files(driver.state.table_dir(DOCUMENTS)),
                 new_documents=part_files(staged[0]),
@@ -213,7 +202,7 @@ def _run_stages(
 ) -> RunResult:
     """Everything after the staged documents: Ray, preflight, stages, summary."""
     run_dir = options.run_dir
-    manifest_path = run_dir / "manifest.json"
+    manifest_path = run_dir / MANIFEST
     try:
         owned = connect_ray(config, options.address)
     except BaseException:
@@ -237,24 +226,24 @@ def _run_stages(
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
         nonce = run_nonce(
-            read_manifest(run_dir).get("prompt_nonce"),
+            _recorded_nonce(run_dir),
             config.fingerprint(),
             corpus_fp,
             key=prompt_key(),
         )
         driver.state.stage_context = {"nonce": nonce}
-        manifest: dict[str, Any] = {
-            "status": "running",
-            "config": config.manifest_config(),
-            "prompt_nonce": nonce,
-            "config_hash": config.fingerprint(),
-            "corpus_fingerprint": corpus_fp,
-            "limit": options.limit,
-            "versions": _versions(),
-            "started": started,
-            "run_stamp": driver.state.stamp,
-        }
-        _atomic_json(manifest_path, manifest)
+        manifest = Manifest(
+            status="running",
+            config=config.manifest_config(),
+            prompt_nonce=nonce,
+            config_hash=config.fingerprint(),
+            corpus_fingerprint=corpus_fp,
+            limit=options.limit,
+            versions=_versions(),
+            started=started,
+            run_stamp=driver.state.stamp,
+        )
+        manifest.write(run_dir)
         # From here on the manifest exists: whatever stops the run (a stage
         # error, a crash, Ctrl-C, SIGTERM from `ray job stop`) leaves it
         # `failed` with the error, never `running`.
@@ -298,8 +287,8 @@ def _run_stages(
         _record_failed(manifest_path, config, started, exc)
         raise
     # The manifest is final before the report is written: the report shows it.
-    manifest.update(
-        {
+    manifest = manifest.updated(
+        **{
             # Every stage ran; "incomplete" when a set had no usable answer.
             "status": "incomplete" if incomplete else "complete",
             "incomplete": incomplete,
@@ -316,7 +305,7 @@ def _run_stages(
             "wall_s": round(time.monotonic() - driver.state.started_at, 3),
         }
     )
-    _atomic_json(manifest_path, manifest)
+    manifest.write(run_dir)
     report_paths: list[Path] = []
     headline: list[str] = []
     if options.report and summary is not None:
@@ -332,8 +321,8 @@ def _run_stages(
             except Exception as exc:
                 report_error = f"{type(exc).__name__}: {exc}"
                 print(f"cube-ray: report not written: {report_error}", file=console())
-                manifest["report_error"] = report_error
-                _atomic_json(manifest_path, manifest)
+                manifest = manifest.updated(report_error=report_error)
+                manifest.write(run_dir)
             else:
                 report_paths = [Path(str(p)) for p in _iter_paths(paths)]
                 headline = list(getattr(paths, "headline", ()))
@@ -348,6 +337,12 @@ def _run_stages(
     )
 
 
+def _recorded_nonce(run_dir: Path) -> str | None:
+    """The prompt nonce of the run dir's first run, if it recorded one."""
+    manifest = Manifest.read(run_dir)
+    return manifest.prompt_nonce if manifest is not None else None
+
+
 def _say_run(text: str) -> None:
     print(f"cube-ray: {text}", file=console(), flush=True)
 
@@ -360,17 +355,12 @@ def _record_stop(
     path: Path, config: RunConfig, started: str, status: str, exc: BaseException
 ) -> None:
     """Mark the run stopped in its manifest (kept, if a run left one)."""
-    manifest: dict[str, Any] = {}
-    if path.is_file():
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            manifest = json.loads(path.read_text())
-    if not isinstance(manifest, dict) or not manifest:
-        manifest = {"config_hash": config.fingerprint(), "started": started}
+    manifest = Manifest.read(path.parent) or Manifest(
+        config_hash=config.fingerprint(), started=started
+    )
     # The type name too: a bare KeyError's text is only the key, Ctrl-C's none.
     error = f"{type(exc).__name__}: {exc}" if status == "failed" else str(exc)
-    manifest.update({"status": status, "error": error, "stopped": _utc()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_json(path, manifest)
+    manifest.updated(status=status, error=error, stopped=_utc()).write(path.parent)
 
 
 class Terminated(SystemExit):

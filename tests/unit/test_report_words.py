@@ -123,7 +123,8 @@ def _run(
     (root / "manifest.json").write_text(
         '{"status": "complete", '
         '"config": {"judges": {"judge-a": {"backend": "vllm", "model": "m"}}}, '
-        '"stages": [{"name": "judge", "wall_s": 12.5, "rows": 320}]}',
+        '"stages": {"scores:judge-a": {"seconds": 12.5, "rows_written": 320}}, '
+        '"retries": [{"stage": "judge", "wall_s": 3.5}]}',
         encoding="utf-8",
     )
     return Crafted(root, summary)
@@ -402,7 +403,8 @@ def test_run_details_are_rows_not_json(rendered: dict[str, Rendered]) -> None:
     assert "| parameters.trim | 0.1 |" in details
     assert "| parameters.k | 3 |" in details
     assert "| systems | rag@a, rag@b |" in details
-    assert "| stages 1.wall_s | 12.5 |" in details
+    assert "| stages.scores:judge-a.seconds | 12.5 |" in details
+    assert "| retries 1.wall_s | 3.5 |" in details  # a key of a newer version
     assert "| config.judges.judge-a.backend | vllm |" in details
     assert "| status | complete |" in details
     assert '{"' not in details
