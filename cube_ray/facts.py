@@ -107,18 +107,23 @@ _SAME_UNIT: Final = {
 """Unit spellings of one meaning (a day is 日 or 天; 个工作日 is 工作日)."""
 
 Quantity = tuple[float, str | None]
-"""A number's value and its unit (None: no unit follows it)."""
+"""A number's value and its unit: a unit, ``""`` (none, inside a text) or None
+(none, the number ends its line: a bare field value whose label names the unit)."""
 
 
 def _unit(text: str, end: int) -> str | None:
-    """The unit after a number: a known one normalised, else the next CJK character.
+    r"""The unit after a number: a known one normalised, else the next CJK character.
 
-    >>> [_unit(t, 2) for t in ("15(工作日)", "15个工作日", "15天", "14楼", "15.")]
-    ['工作日', '工作日', '日', '楼', None]
+    >>> texts = ("15(工作日)", "15个工作日", "15天", "14楼", "15-3", "15 \n")
+    >>> [_unit(t, 2) for t in texts]
+    ['工作日', '工作日', '日', '楼', '', None]
     """
     m = _UNIT.match(text, end)
     unit = m.group("unit") if m else None
-    return None if unit is None else _SAME_UNIT.get(unit, unit)
+    if unit is not None:
+        return _SAME_UNIT.get(unit, unit)
+    rest = text[end:].split("\n", 1)[0]
+    return None if not rest.strip() else ""
 
 
 def _values(text: str) -> tuple[set[Quantity], set[str]]:
@@ -137,20 +142,19 @@ def _values(text: str) -> tuple[set[Quantity], set[str]]:
 
 
 def _quantity_match(value: Quantity, values: set[Quantity]) -> bool:
-    """Whether a quantity is among ``values``: the same value, a unit agreeing.
+    """Whether the document's quantities have this value in an agreeing unit.
 
-    Units agree when equal or when either number has none (``15`` in a field
-    that names its unit in the label).
+    An answer's number without a unit matches the value in any unit; one with
+    a unit needs the same unit, or a bare field value (unit None).
 
-    >>> known = {(15.0, "工作日"), (4.0, "楼"), (30.0, None)}
-    >>> [_quantity_match(v, known) for v in [(15.0, "工作日"), (4.0, "工作日"),
-    ...                                      (30.0, "日"), (15.0, None)]]
-    [True, False, True, True]
+    >>> known = {(15.0, "工作日"), (4.0, "楼"), (1.0, ""), (30.0, None)}
+    >>> answers = [(15.0, "工作日"), (4.0, "工作日"), (1.0, "工作日"), (30.0, "日"),
+    ...            (15.0, "")]
+    >>> [_quantity_match(v, known) for v in answers]
+    [True, False, False, True, True]
     """
     number, unit = value
-    return any(
-        v == number and (unit is None or u is None or u == unit) for v, u in values
-    )
+    return any(v == number and (not unit or u is None or u == unit) for v, u in values)
 
 
 def _phone_match(digits: str, phones: set[str]) -> bool:
@@ -171,7 +175,8 @@ def number_facts(answer: str, document: str, *, question: str = "") -> list[Fact
     r"""The answer's numbers, each supported when the document has its value.
 
     A number with a unit needs the value with that unit (4个工作日 is not
-    supported by 4楼).
+    supported by 4楼 nor by the 4 of 1-4号). A number only the question has is
+    not checked.
 
     >>> doc = "承诺办结时限: 15(工作日)\n收费标准: 2000元\n咨询电话: 020-34121084"
     >>> answer = "十五个工作日办结，收费两千元，电话34121084，另需3份"
@@ -190,15 +195,18 @@ def number_facts(answer: str, document: str, *, question: str = "") -> list[Fact
             ok = _phone_match(t.value, phones)
             if not ok and _phone_match(t.value, asked_phones):
                 continue
-        elif t.text.startswith(("0", "０")) and len(t.text) >= _AREA_CODE:
-            # An area code written apart, ``(020) 34121084``.
-            digits = t.text.translate(_HALF)
-            ok = any(p.startswith(digits) for p in phones)
         else:
-            quantity = (t.value, _unit(answer, t.end))
+            # A date part's 年/月/日 is its place in a date, which 2021-03-05
+            # writes without units.
+            date = t.sort in ("year", "month", "day")
+            quantity = (t.value, "" if date else _unit(answer, t.end))
             ok = _quantity_match(quantity, values)
-            if not ok and _quantity_match(quantity, asked):
-                continue
+            if not ok and t.text.startswith(("0", "０")) and len(t.text) >= _AREA_CODE:
+                # An area code written apart, ``(020) 34121084``.
+                digits = t.text.translate(_HALF)
+                ok = any(p.startswith(digits) for p in phones)
+            if not ok and _quantity_match((t.value, ""), asked):
+                continue  # the question's number, repeated
         out.append(Fact("number", t.start, t.end, t.text, ok))
     return out
 
@@ -230,33 +238,51 @@ _CONNECTOR = re.compile(
 )
 """Where a phrase's names end: connectors and the verbs before a name."""
 _LEAD = re.compile(
-    r"^(?:请|您|你|办理|申请办理|需|须|应|可|能|还|另|直接|使用|通过|持|凭|带|去"
+    r"(?:请|您|你|办理|申请办理|需|须|应|可|能|还|另|直接|使用|通过|持|凭|带|去"
     r"|相关|有关|所需|其他|其它|以上|上述|以下|有效|本人|当地|各|该)+"
 )
 """Words that open a phrase before a name (请, 携带's 带, 相关)."""
 _QUOTED = re.compile(r"“([^”\n]{2,80})”|「([^」\n]{2,80})」|《([^》\n]{2,80})》")
-_PROPER = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|de|and|for)?\s*[A-Z][\w'’-]*)*")
+_PROPER = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|de|for)?\s*[A-Z][\w'’-]*)*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*)$")
+
+
+_SUBMIT: Final = frozenset({"提交", "携带", "提供", "出示"})
+"""Verbs whose object is a material, whatever its ending (提交申请请示公文)."""
+_AND: Final = frozenset({"和", "及", "与", "或", "以及", "或者"})
+_MIN_MATERIAL = 2
+"""Characters of a material named as a verb's object (照片, 合同)."""
 
 
 def _names(answer: str) -> list[tuple[int, int]]:
     """Spans of the answer that name an agency, place or material (Chinese).
 
-    >>> text = "请携带居民身份证到广州市公安局办理，可以网上预约。"
+    A span ends like a name (:data:`NAME_ENDINGS`), or is the object of a verb
+    of submitting (提交, 携带, 提供, 出示) and the items joined to it by 和/及.
+
+    >>> text = "请携带户口簿和照片到广州市公安局办理，可以网上预约。"
     >>> [text[a:b] for a, b in _names(text)]
-    ['居民身份证', '广州市公安局']
+    ['户口簿', '照片', '广州市公安局']
     """
     spans = []
     for phrase in _PHRASE.finditer(answer):
         text = phrase.group(0)
-        cuts = [0, *(x for m in _CONNECTOR.finditer(text) for x in m.span()), len(text)]
-        for a, b in zip(cuts[::2], cuts[1::2], strict=True):
-            piece = text[a:b]
-            lead = _LEAD.match(piece)
-            start = a + (lead.end() if lead else 0)
+        marks = list(_CONNECTOR.finditer(text))
+        starts = [(0, ""), *((m.end(), m.group(0)) for m in marks)]
+        stops = [*(m.start() for m in marks), len(text)]
+        material = False
+        for (a, before), b in zip(starts, stops, strict=True):
+            lead = _LEAD.match(text, a, b)
+            start = lead.end() if lead else a
+            material = before in _SUBMIT or (material and before in _AND)
             ends = [m.end() for m in _ENDING.finditer(text, start, b)]
-            if ends and ends[-1] - start >= _MIN_NAME:
-                spans.append((phrase.start() + start, phrase.start() + ends[-1]))
+            if material and b - start >= _MIN_MATERIAL:
+                end = b
+            elif ends and ends[-1] - start >= _MIN_NAME:
+                end = ends[-1]
+            else:
+                continue
+            spans.append((phrase.start() + start, phrase.start() + end))
     return spans
 
 
@@ -271,10 +297,10 @@ def _proper_nouns(answer: str) -> list[tuple[int, int]]:
     for m in _PROPER.finditer(answer):
         start, end = m.start(), m.end()
         if _SENTENCE_START.search(answer[:start]):
-            first = re.match(r"[\w'’-]+(?:\s+(?:of|the|de|and|for)\b)?\s*", m.group(0))
+            first = re.match(r"[\w'’-]+(?:\s+(?:of|the|de|for)\b)?\s*", m.group(0))
             start += first.end() if first else 0
         words = answer[start:end].split()
-        while words and words[-1] in {"of", "the", "de", "and", "for"}:
+        while words and words[-1] in {"of", "the", "de", "for"}:
             end = answer.rfind(words.pop(), start, end)
         while end > start and answer[end - 1].isspace():
             end -= 1
