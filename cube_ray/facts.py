@@ -345,7 +345,8 @@ _NEGATIVE_VALUES: Final = frozenset(
     {"否", "无", "没有", "不支持", "不需要", "不可以", "不允许", "不能", "不是"}
     | {"no", "none", "false", "not supported", "not required"}
 )
-_NEGATIVE_START = re.compile(r"^(?:不|无|未|否|not\b|no\b)", re.I)
+_NEGATIVE_START = re.compile(r"^(?:不|未|否|无需|无须|无要求|not\b|no\b)", re.I)
+"""A negative field value: 不收费, 无需, not required (not 无线电频率许可)."""
 _MIN_SHARED = 2
 """Bigrams (or English words) a document clause shares with the answer's."""
 _STOPWORDS: Final = frozenset(
