@@ -216,7 +216,7 @@ def number_facts(answer: str, document: str, *, question: str = "") -> list[Fact
 NAME_ENDINGS: Final = (
     # agencies
     "委员会|办公室|管理局|分局|局|厅|中心|政府|法院|检察院|院|事务所|研究所"
-    "|派出所|公证处|处(?![理罚置于])|公司|银行|协会|大队|支队|总队|部(?![门分])"
+    "|派出所|公证处|处(?![理罚置于])|公司|银行|协会|学会|商会|大队|支队|总队|部(?![门分])"
     "|委|署|馆"
     # places
     "|省|市(?!场)|区(?!域|别)|县|镇|乡|村|街道|大道|路(?!径|线)|街|大厦|广场|大厅"
@@ -309,6 +309,37 @@ def _proper_nouns(answer: str) -> list[tuple[int, int]]:
     return spans
 
 
+_JOIN_GAP = re.compile(r"[\u3400-\u9fff0-9０-９A-Za-z()（）]*")
+"""What may stand between two names of one: a phrase, a bracket."""
+
+
+def _joined(
+    answer: str, spans: list[tuple[int, int]], document: str
+) -> list[tuple[int, int]]:
+    """Neighbouring names of one phrase joined where the document has them joined.
+
+    One name with a connector or a bracket inside (广东省发展和改革委员会,
+    …委员会办公室（广东省人民防空办公室）) is one fact, as it is when quoted.
+
+    >>> text = "由广东省发展和改革委员会办理"
+    >>> spans = [(1, 4), (7, 12)]
+    >>> [text[a:b] for a, b in _joined(text, spans, "广东省发展和改革委员会")]
+    ['广东省发展和改革委员会']
+    >>> [text[a:b] for a, b in _joined(text, spans, "广东省")]
+    ['广东省', '改革委员会']
+    """
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out:
+            a0, b0 = out[-1]
+            gap = answer[b0:a]
+            if _JOIN_GAP.fullmatch(gap) and answer[a0:b] in document:
+                out[-1] = (a0, b)
+                continue
+        out.append((a, b))
+    return out
+
+
 def entity_facts(answer: str, document: str) -> list[Fact]:
     r"""Named things of the answer, each supported when the document contains it.
 
@@ -325,10 +356,11 @@ def entity_facts(answer: str, document: str) -> list[Fact]:
     """
     found: list[tuple[int, int]] = []
     for m in _QUOTED.finditer(answer):
+        # A quoted name is one fact, whatever names it holds (“居民身份证换领”).
         group = next(i for i in (1, 2, 3) if m.group(i) is not None)
         found.append((m.start(group), m.end(group)))
     names = _names(answer) if CJK.search(answer) else _proper_nouns(answer)
-    for a, b in names:
+    for a, b in _joined(answer, names, document):
         if all(b <= s or a >= e for s, e in found):
             found.append((a, b))
     return [
