@@ -24,8 +24,9 @@ a reader is hurt most by exactly those. This module lists the answer's
   item does not need) is therefore unsupported; the judge needs no list of the
   corpus's values, only this document.
 - **polarity**: a permission or obligation of the answer (需要/无需, 可以/不可以,
-  须/无须, must/need not, can/cannot: the words the ``negation`` fault of
-  CUBE_METHOD.md section 12 flips) whose clause the document also states: a
+  须/无须, must/need not, can/cannot: :func:`cube_ray.polarity.polarity_words`,
+  every word the ``negation`` fault of CUBE_METHOD.md section 12 flips) whose
+  clause the document also states: a
   document clause with the same object (at least two shared character
   bigrams or content words), or a field the clause is about (its label's head,
   ``申请材料`` → 材料, or one of its values occurs in the clause; a value
@@ -50,13 +51,13 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from cube_ray.language import CJK
+from cube_ray.polarity import polarity_words
 from cube_ray.qualification import (
     number_tokens,
     parse_fields,
     split_items,
 )
 from cube_ray.qualification._document import strip_label
-from cube_ray.qualification._negation import _EN_PATTERN, _ZH_PATTERN
 
 __all__ = [
     "NAME_ENDINGS",
@@ -372,7 +373,6 @@ def entity_facts(answer: str, document: str) -> list[Fact]:
 # --- polarity -----------------------------------------------------------------
 
 _CLAUSE_END = re.compile(r"[，。；;,.！？!?\n：:（(]")
-_NEGATIVE_WORD = re.compile(r"[不无未禁否]|\bnot\b|n't|n’t|\bcannot\b|\bnever\b", re.I)
 _NEGATIVE_VALUES: Final = frozenset(
     {"否", "无", "没有", "不支持", "不需要", "不可以", "不允许", "不能", "不是"}
     | {"no", "none", "false", "not supported", "not required"}
@@ -388,15 +388,6 @@ _STOPWORDS: Final = frozenset(
 )
 
 
-def _negative(word: str) -> bool:
-    """Whether a permission or obligation word is negative (无需, cannot).
-
-    >>> [_negative(w) for w in ("需要", "无须", "不可以", "must", "need not")]
-    [False, True, True, False, True]
-    """
-    return _NEGATIVE_WORD.search(word) is not None
-
-
 def _keys(text: str, *, zh: bool) -> set[str]:
     """Character bigrams of a Chinese clause, content words of an English one."""
     if zh:
@@ -408,15 +399,14 @@ def _keys(text: str, *, zh: bool) -> set[str]:
 
 def _clauses(text: str, *, zh: bool) -> list[tuple[int, int, bool, str]]:
     """(start, end, negative, object) of each permission or obligation."""
-    pattern = _ZH_PATTERN if zh else _EN_PATTERN
     out = []
-    for m in pattern.finditer(text):
-        rest = text[m.end() : m.end() + 60]
+    for w in polarity_words(text):
+        rest = text[w.end : w.end + 60]
         cut = _CLAUSE_END.search(rest)
         obj = rest[: cut.start()] if cut else rest
         if not zh:
             obj = " ".join(obj.split()[:8])
-        out.append((m.start(), m.end(), _negative(m.group(0)), obj))
+        out.append((w.start, w.end, w.negative, obj))
     return out
 
 
