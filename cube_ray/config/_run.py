@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -36,6 +36,7 @@ from cube_ray.engines.config import (
     EngineConfig,
     FakeEngineConfig,
     JudgeConfig,
+    Measure,
     OpenAIHttpEngineConfig,
     ReferenceJudgeConfig,
     VllmEngineConfig,
@@ -147,7 +148,8 @@ class RunConfig(StrictModel):
                     msg = (
                         f"judges.{judge} is a reference judge and has no measure "
                         f"for dimensions {unmeasured} (measures: "
-                        f"{dict(engine.measures)}); map each to support or coverage "
+                        f"{dict(engine.measures)}); map each to one of "
+                        f"{', '.join(get_args(Measure))} "
                         f"under judges.{judge}.measures, or score those dimensions "
                         "with LLM judges only in another run"
                     )

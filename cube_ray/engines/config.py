@@ -27,6 +27,7 @@ __all__ = [
     "EngineConfig",
     "FakeEngineConfig",
     "JudgeConfig",
+    "Measure",
     "OpenAIHttpEngineConfig",
     "PoolConfig",
     "PriceConfig",
@@ -488,7 +489,7 @@ class FakeEngineConfig(_EngineBase):
     """Sleep when the engine is built, to simulate loading a model."""
 
 
-Measure = Literal["support", "coverage"]
+Measure = Literal["support", "coverage", "facts"]
 """What the reference judge can measure (see :mod:`cube_ray.engines.reference`)."""
 _DEFAULT_MEASURES: dict[str, Measure] = {
     "relevance": "support",
@@ -513,7 +514,9 @@ class ReferenceJudgeConfig(StrictModel):
     """Dimension -> measure. ``support``: share of the answer's content units
     found in the gold document (faithfulness); ``coverage``: share of the
     units of the document's question-relevant lines found in the answer
-    (completeness)."""
+    (completeness); ``facts``: a fact check, the answer's numbers, names and
+    permissions/obligations that the document supports, ``k / (n + 1)``
+    (any dimension; see :mod:`cube_ray.facts`)."""
     units: Literal["bigrams", "words"] = "bigrams"
     """Content units: CJK character bigrams plus Latin words (no dictionary), or
     jieba words (needs the ``retrieval`` extra)."""

@@ -141,3 +141,26 @@ def test_embedded_judge_is_the_demo_judge_with_the_chinese_prompt_set() -> None:
         bench.judge_setup("embedded", ["fluency"])
     with pytest.raises(bench.SettingsMismatchError, match="fluency"):
         bench.judge_setup("reference", ["fluency"])
+
+
+def test_measures_option_gives_a_dimension_the_fact_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    out = tmp_path / "r.json"
+    args = [*ARGS, "--dimensions", "relevance,completeness"]
+    code, _ = _run(
+        [*args, "--measures", "relevance=facts", "--work", str(work), "--out", str(out)]
+    )
+    assert code == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    assert res["measures"] == {"relevance": "facts", "completeness": "coverage"}
+    # The fact check sees a changed number, which support misses (BENCHMARKS.md).
+    assert res["reference"]["number"]["relevance"]["drop"] >= 0.5
+    assert "| relevance (facts) |" in capsys.readouterr().out
+    # Resuming without the option would mix two measures: refused.
+    assert _run([*args, "--work", str(work)])[0] == 2
+    assert "measures" in capsys.readouterr().err
+    for bad in ("relevance=bleu", "quality=facts", "relevance"):
+        assert _run([*args, "--measures", bad])[0] == 2
+        assert "--measures" in capsys.readouterr().err
