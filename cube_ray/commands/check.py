@@ -139,10 +139,11 @@ def _answer_fix(reply: Any, path: str) -> str:
             f"answer_path {path!r} reads {'nothing' if found is None else repr(found)}"
         )
         better = longest_text_path(reply)
+    where = "under it" if isinstance(found, dict | list) else "in the reply"
     fix = (
-        f"; the longest text under it is at {better!r}: set answer_path: {better}"
+        f"; the longest text {where} is at {better!r}: set answer_path: {better}"
         if better
-        else "; the reply holds no text"
+        else f"; there is no text {where}"
     )
     return f"{what}{fix} (the reply's top-level keys: {top_keys(reply)})"
 

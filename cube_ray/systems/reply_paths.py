@@ -75,19 +75,33 @@ def id_path(reply: Any, corpus_ids: Collection[str]) -> str | None:
     return min(counts, key=lambda p: (-counts[p], len(p), p))
 
 
+def _prose(text: str) -> bool:
+    """Whether a string may be an answer: a space or a non-ASCII character.
+
+    A hash, an id or a model name holds neither.
+
+    >>> _prose("Bring your ID."), _prose("请携带身份证"), _prose("5e0a4b0f7d2c41a1")
+    (True, True, False)
+    """
+    return any(c.isspace() or not c.isascii() for c in text)
+
+
 def longest_text_path(value: Any, base: str = "") -> str | None:
     """The path (under ``base``) of the longest text in ``value``; None: no text.
+
+    Texts are strings with a space or a non-ASCII character (:func:`_prose`):
+    a long hash or id is no answer.
 
     >>> reply = {"_role": "assistant", "_content": [{"text": "Bring your ID."}],
     ...          "_meta": {"model": "gpt-4o-mini"}}
     >>> longest_text_path(reply, "result.llm.replies[0]")
     'result.llm.replies[0]._content[0].text'
-    >>> longest_text_path(["a", "bcd"], "answers"), longest_text_path({}, "x")
+    >>> longest_text_path(["a b", "c d e"], "answers"), longest_text_path({}, "x")
     ('answers[1]', None)
     """
     best: tuple[int, str] | None = None
     for path, leaf in _leaves(value, base, lambda i: f"[{i}]"):
-        text = isinstance(leaf, str) and bool(leaf.strip()) and bool(path)
+        text = isinstance(leaf, str) and _prose(leaf.strip()) and bool(path)
         if text and (best is None or len(leaf) > best[0]):
             best = (len(leaf), path)
     return None if best is None else best[1]
