@@ -21,6 +21,7 @@ __all__ = [
     "comparison_rows",
     "comparison_sentence",
     "comparison_table",
+    "headline_verdicts",
     "paired_section",
 ]
 
@@ -234,6 +235,23 @@ def paired_section(run: RunData) -> Section | None:
     )
     sec.blocks.append(Para(PAIRED_NOTE, "note"))
     return sec
+
+
+def headline_verdicts(run: RunData) -> list[Para]:
+    """The headline's verdict: one sentence per pair of systems, with its interval.
+
+    Shown under the cards, so who is ahead is read on the first screen (the
+    section :func:`paired_section` holds the table and the judges' figures).
+    """
+    iv = run.intervals
+    if iv is None or len(run.systems) < 2:
+        return []
+    return [
+        Para(
+            f"Compared: {comparison_sentence(c, confidence=iv.confidence)}.", "verdict"
+        )
+        for c in iv.comparisons
+    ]
 
 
 def compared_lines(run: RunData) -> list[str]:

@@ -91,6 +91,8 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
     )
     assert calibrated.returncode == 0, calibrated.stderr[-3000:]
     assert parts(run_dir) == before, "run --human redid engine work"
+    # The console says the calibrated headline (issue 36).
+    assert "calibrated: rag: CuBE " in calibrated.stdout, calibrated.stdout
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     assert summary["calibration"] is not None
     # Section 10 on the audit: these people tell the bounds apart.
