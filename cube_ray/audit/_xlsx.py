@@ -317,12 +317,12 @@ def write_xlsx(
                 and c in wrap
                 and row_points(wrapped_lines(value, widths[c])) >= MAX_ROW_POINTS
             ):
-                first, parts = continued.setdefault(
+                first_row, parts = continued.setdefault(
                     (c, value), (values[0], split_to_fit(value, widths[c]))
                 )
                 text = (
                     f"{parts[0].rstrip()}\n… [continued on the sheet "
-                    f"'{CONTINUED}': {table[0][c]} of row {first}, "
+                    f"'{CONTINUED}': {table[0][c]} of row {first_row}, "
                     f"{len(parts)} parts]"
                 )
             cell = _put(sheet, r, c + 1, text)
