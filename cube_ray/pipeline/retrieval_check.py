@@ -29,6 +29,7 @@ __all__ = [
     "MOST",
     "check_system_ids",
     "current_question_ids",
+    "first_answer_line",
     "retrieved_nothing",
     "unknown_id_rows",
 ]
@@ -185,3 +186,35 @@ def check_system_ids(
         "other stage's rows)"
     )
     raise InputError(msg, field=f"systems[{name}]")
+
+
+def first_answer_line(
+    system: Any, *, answers: list[Path], questions: list[Path]
+) -> str | None:
+    """What an HTTP system's paths read from its first ``ok`` reply, in one line.
+
+    The question asked, the answer extracted (its first 200 characters) and the
+    retrieved ids, as ``cube-ray check`` shows them; None for other kinds, or
+    before any ``ok`` answer.
+    """
+    if getattr(system, "kind", "") != "http" or not answers or not questions:
+        return None
+    rows = _read(
+        answers,
+        [schema.QUESTION_ID, schema.ANSWER, schema.RETRIEVED_DOC_IDS],
+        [(schema.SYSTEM, "=", system.name), (schema.STATUS, "=", schema.STATUS_OK)],
+    )
+    if rows.num_rows == 0:
+        return None
+    first = rows.sort_by(schema.QUESTION_ID).slice(0, 1).to_pylist()[0]
+    qid = first[schema.QUESTION_ID]
+    asked = _read(
+        questions, [schema.QUESTION], [(schema.QUESTION_ID, "=", qid)]
+    ).column(schema.QUESTION)
+    question = asked[0].as_py() if len(asked) else qid
+    answer = (first[schema.ANSWER] or "")[:200]
+    ids = list(first[schema.RETRIEVED_DOC_IDS] or [])[:8]
+    return (
+        f"{system.name}: first answer: asked {question!r}; answer {answer!r}; "
+        f"retrieved ids {ids}"
+    )

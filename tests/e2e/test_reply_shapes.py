@@ -296,3 +296,13 @@ def test_run_evaluates_both_shapes_and_an_empty_retrieval_is_a_miss(
     assert "sample: every one of the 3 documents" in done.stdout, done.stdout
     assert "3 of 3 documents" not in done.stdout
     assert "compared: " in done.stdout  # two systems, one paired comparison
+    # The run shows what each HTTP system's paths read from its first answer.
+    for name in ("rag@hayhooks", "rag@llamaindex"):
+        first = [
+            x
+            for x in done.stderr.splitlines()
+            if x.startswith(f"cube-ray: {name}: first answer: asked '")
+        ]
+        assert len(first) == 1, done.stderr[-3000:]
+        assert "; answer 'About " in first[0]
+        assert "; retrieved ids [" in first[0]
