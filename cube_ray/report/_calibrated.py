@@ -181,9 +181,16 @@ def calibrated_lines(summary: Summary) -> list[str]:
         if reason is not None:
             lines.append(f"calibrated: {system}: {reason.text}")
         elif jury is None or jury.cube is None:
+            judges = [
+                f"{judge} {fig.cube:.1f} {interval_text(fig.interval)}"
+                for judge in summary.judge_names
+                if (fig := summary.calibrated.get(judge, {}).get(system)) is not None
+                and fig.cube is not None
+            ]
+            each = f"; each judge's, calibrated: {', '.join(judges)}" if judges else ""
             lines.append(
-                f"calibrated: {system}: no calibrated CuBE (no headline, or the "
-                "audit leaves its answers or bounds without a score)"
+                f"calibrated: {system}: no calibrated headline (no headline, or "
+                f"the audit leaves its answers or bounds without a score){each}"
             )
         else:
             own = (
