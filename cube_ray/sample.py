@@ -345,10 +345,17 @@ def describe_sample(block: Mapping[str, Any] | None) -> str | None:
     '60 of 2,262 documents, stratified by AREA (2 strata)'
     >>> describe_sample({"size": 5, "population": 9, "fields": [], "strata": {}})
     '5 of 9 documents, simple random sample'
+    >>> describe_sample({"size": 3, "population": 3, "fields": [], "strata": {}})
+    'every one of the 3 documents (sample.size is not less than the corpus)'
     """
     if not isinstance(block, Mapping):
         return None
     size, population = int(block["size"]), int(block["population"])
+    if size >= population:
+        return (
+            f"every one of the {population:,} documents (sample.size is not less "
+            "than the corpus)"
+        )
     fields = list(block.get("fields") or [])
     head = f"{size:,} of {population:,} documents"
     if not fields:

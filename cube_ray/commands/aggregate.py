@@ -319,6 +319,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.human is not None:
         summary = _calibrated(args, summary, answers, scores, strata)
+        from cube_ray.report._calibrated import calibrated_lines
+
+        for line in calibrated_lines(summary):
+            print(line, file=sys.stderr)
     if out == "-":
         sys.stdout.write(summary.to_json())
     else:

@@ -82,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
     print(paths.markdown)
     for line in paths.compared:  # the paired differences of its systems
         print(line)
+    for line in paths.calibrated:  # with a human audit (--human)
+        print(line)
     return 0
 
 

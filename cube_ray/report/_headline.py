@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cube_ray.aggregate import WEIGHTED, WithoutOwnModel, incomplete_reasons
 from cube_ray.report import _plots
+from cube_ray.report._calibrated import calibrated_lines
 from cube_ray.report._data import CUBE, RunData, num
 from cube_ray.report._format import (
     NO_VERDICT,
@@ -13,7 +14,7 @@ from cube_ray.report._format import (
     left_out,
     short_reason,
 )
-from cube_ray.report._paired import compared_lines
+from cube_ray.report._paired import compared_lines, headline_verdicts
 from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
 from cube_ray.report._words import (
     SAME_JUDGES,
@@ -102,6 +103,7 @@ def console_lines(run: RunData) -> list[str]:
         for judge, reason, why in [] if failed else left_out(run, system):
             lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
     lines.extend(compared_lines(run))  # one per pair of systems (issue 28)
+    lines.extend(calibrated_lines(run.summary))  # with a human audit (--human)
     sample = _sample_text(run)
     if sample is not None:
         lines.append(f"sample: {sample}")
@@ -202,6 +204,7 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 else "none",
             ]
         )
+    sec.blocks.extend(headline_verdicts(run))  # who is ahead, under the cards
     sec.blocks.append(
         Para(
             "CuBE = normalised weighted score × recall@k, where the normalised score "

@@ -22,7 +22,7 @@ from cube_ray.aggregate import (
     check_method,
     headline_intervals,
 )
-from cube_ray.report._calibrated import calibrated_section
+from cube_ray.report._calibrated import calibrated_lines, calibrated_section
 from cube_ray.report._cases import (
     agreement_section,
     baselines_section,
@@ -62,6 +62,8 @@ class ReportPaths:
     """:func:`console_lines` with the intervals the report shows."""
     compared: tuple[str, ...] = ()
     """Its ``compared:`` lines, one per pair of systems (also in ``headline``)."""
+    calibrated: tuple[str, ...] = ()
+    """Its ``calibrated:`` lines with a human audit (also in ``headline``)."""
 
 
 def resolve_intervals(
@@ -226,6 +228,7 @@ def write_report(
         out / "report.md",
         tuple(console_lines(run)),
         tuple(compared_lines(run)),
+        tuple(calibrated_lines(run.summary)),
     )
     paths.html.write_text(
         render_html(title=title, meta=meta, sections=sections, footer=footer),

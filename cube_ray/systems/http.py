@@ -246,6 +246,18 @@ class HttpSystem:
         }
         self._transport = transport
         self._warned_no_ids = False
+        self.last_reply: Any = None
+        """The last reply parsed as JSON (``cube-ray check`` searches it)."""
+
+    @property
+    def answer_path(self) -> str:
+        """Where the answer is read (the config's, else the preset's)."""
+        return self._answer_path
+
+    @property
+    def retrieved_path(self) -> str:
+        """Where the retrieved ids are read (the config's, else the preset's)."""
+        return self._retrieved_path
 
     def answer(self, questions: Sequence[QuestionIn]) -> list[SystemAnswer]:
         """Ask every question, at most ``max_concurrency`` requests in flight."""
@@ -356,6 +368,7 @@ class HttpSystem:
         # UnicodeDecodeError is a ValueError; RecursionError: deeply nested JSON.
         except (ValueError, RecursionError):
             return _Outcome(SystemAnswer(None, status="invalid_json"), retry=True)
+        self.last_reply = data
         return _Outcome(self._parse(data))
 
     def _parse(self, data: Any) -> SystemAnswer:

@@ -443,8 +443,10 @@ def test_check_asks_each_http_system_one_question(
             cfg["systems"][0]["retrieved_path"] = "data.docs[].id"
             said: list[str] = []
             probe_systems(RunConfig.from_yaml(_write(cfg, tmp_path)), say=said.append)
-            assert len(said) == 1
-            assert said[0].startswith("rag@svc: asked ")
-            assert said[0].endswith("; 2 of 2 retrieved ids are corpus ids")
+            assert len(said) == 2  # two questions, each shown with its answer
+            for line in said:
+                assert line.startswith("rag@svc: asked ")
+                assert "; answer 'About " in line
+                assert line.endswith("; 2 of 2 retrieved ids are corpus ids")
     finally:
         server.shutdown()
