@@ -54,6 +54,7 @@ __all__ = [
     "expected_value",
     "parse_score",
     "read_expected",
+    "read_score_lines",
     "read_yes_no",
     "score_distribution",
     "score_starts",
@@ -479,3 +480,70 @@ def score_starts(tokens: Sequence[str]) -> list[int]:
             starts.append(i)
         so_far += token
     return starts
+
+
+def read_score_lines(
+    tokens: Sequence[str] | None,
+    steps: Sequence[Sequence[tuple[str, float]]] | None,
+    *,
+    text: str | None,
+    count: int,
+    ten_is_one_token: bool | None,
+    min_mass: float,
+    expected: bool,
+) -> list[ExpectedReading]:
+    r"""The ``count`` scores of a one-score-a-line reply (``all_dimensions``).
+
+    The text must hold exactly ``count`` lines, each one integer 0..10, else
+    every score is a ``parse_error``. ``expected``: each score is read with
+    :func:`read_expected` at its position (:func:`score_starts`), the "1"/"10"
+    split from the step after a "1"; without positions the scores are
+    ``no_logprobs``.
+
+    Args:
+        tokens: The generated tokens (None: unknown).
+        steps: Per generated token, its ``(token, logprob)`` alternatives.
+        text: The reply.
+        count: Scores expected (the dimensions).
+        ten_is_one_token: Tokenizer property, None if unknown.
+        min_mass: ``min_score_mass``.
+        expected: Read expected scores (else the greedy ones of the text).
+
+    >>> lp = math.log
+    >>> toks = ["7", "\n", "1", "0"]
+    >>> steps = [[("7", lp(.5)), ("9", lp(.5))], [("\n", 0.0)],
+    ...     [("1", lp(.8)), ("2", lp(.2))], [("0", lp(.5)), ("\n", lp(.5))]]
+    >>> [r.score for r in read_score_lines(toks, steps, text="7\n10", count=2,
+    ...     ten_is_one_token=False, min_mass=0.5, expected=True)]
+    [8.0, 4.8]
+    >>> [r.status for r in read_score_lines(None, None, text="7\nten", count=2,
+    ...     ten_is_one_token=None, min_mass=0.5, expected=False)]
+    ['parse_error', 'parse_error']
+    """
+    lines = [line for line in (text or "").split("\n") if line.strip()]
+    greedy = [parse_score(line) for line in lines]
+    if len(lines) != count or any(g is None for g in greedy):
+        note = _note(text, f"not {count} scores 0..10, one a line")
+        return [ExpectedReading(None, "parse_error", 0.0, note)] * count
+    if not expected:
+        return [ExpectedReading(g, "ok", 1.0, line) for g, line in zip(greedy, lines)]
+    starts = score_starts(tokens or [])
+    if not steps or len(starts) != count or starts[-1] >= len(steps):
+        note = _note(text, "score positions not found in the logprobs")
+        return [ExpectedReading(None, STATUS_NO_LOGPROBS, 0.0, note)] * count
+    out = []
+    for pos, line in zip(starts, lines, strict=True):
+        token = (tokens or [])[pos].strip()
+        split = None
+        if token == "1" and pos + 1 < len(steps):
+            split = zero_share(steps[pos + 1])
+        out.append(
+            read_expected(
+                steps[pos],
+                text=line,
+                ten_is_one_token=ten_is_one_token,
+                one_then_zero=split,
+                min_mass=min_mass,
+            )
+        )
+    return out
