@@ -123,7 +123,7 @@ def _header(text: str) -> str:
 
 
 def checklist(rubric: str, *, dimension: str = "?") -> Checklist:
-    """A rubric's items, parsed from its text; the weights normalised to sum to 1.
+    r"""A rubric's items, parsed from its text; the weights normalised to sum to 1.
 
     Two layouts are read: an inline numbered list, ``(1) ...; (2) ...`` (the
     packaged rubrics; ``（1）`` and ``1)`` too, numbered 1, 2, ... in order),
@@ -141,11 +141,12 @@ def checklist(rubric: str, *, dimension: str = "?") -> Checklist:
     ...     "met: (1) it is accurate; (2) it is complete.")
     >>> c.header, [(i.text, i.weight) for i in c.items]
     ('Rubric: r. Is it good?', [('it is accurate', 0.5), ('it is complete', 0.5)])
-    >>> c = checklist("评分标准：相关性。每满足一项得 2 分：(1) 准确；(2) 一致（时限等）。")
+    >>> c = checklist("评分标准：相关性。每满足一项得 2 分：(1) 准确；"
+    ...     "(2) 一致（时限等）。")
     >>> c.header, [i.text for i in c.items]
     ('评分标准：相关性。', ['准确', '一致（时限等）'])
-    >>> c = checklist("Is the fee right?\\n- the fee is the document's [w=3]\\n"
-    ...     "- the deadline is the document's\\n")
+    >>> c = checklist("Is the fee right?\n- the fee is the document's [w=3]\n"
+    ...     "- the deadline is the document's\n")
     >>> [(i.text, i.weight) for i in c.items]
     [("the fee is the document's", 0.75), ("the deadline is the document's", 0.25)]
     """
@@ -184,7 +185,9 @@ def checklist(rubric: str, *, dimension: str = "?") -> Checklist:
         raise ConfigError(msg)
     return Checklist(
         _header(head),
-        tuple(RubricItem(t, w / total) for (t, _), w in zip(parsed, weights)),
+        tuple(
+            RubricItem(t, w / total) for (t, _), w in zip(parsed, weights, strict=True)
+        ),
     )
 
 
@@ -209,8 +212,10 @@ def contrast(p_yes: float, baseline: float) -> float:
     judge that says yes to everything (``p = b``) gives every answer 0.5, so
     it cannot look discriminating by leaning alone.
 
-    >>> contrast(0.9, 0.9), round(contrast(0.99, 0.9), 3), round(contrast(0.5, 0.9), 3)
-    (0.5, 0.917, 0.1)
+    >>> contrast(0.9, 0.9), round(contrast(0.99, 0.9), 3)
+    (0.5, 0.917)
+    >>> round(contrast(0.5, 0.9), 3)
+    0.1
     >>> contrast(1.0, 1.0), contrast(1.0, 0.5), contrast(0.0, 0.5)
     (0.5, 0.999999, 1e-06)
     """
@@ -230,21 +235,16 @@ def scores_regex(count: int) -> str:
     return "\\n".join(["(10|[0-9])"] * count)
 
 
-def calls_per_answer(
-    protocol: JudgeProtocol,
-    items: Mapping[str, int],
-    *,
-    baseline: Baseline = "none",
-) -> float:
-    """Judge calls per answer: ``score`` one per dimension, ``checklist`` one per
-    item, ``all_dimensions`` one.
+def calls_per_answer(protocol: JudgeProtocol, items: Mapping[str, int]) -> int:
+    """Judge calls per answer under a protocol.
+
+    ``score``: one per dimension; ``checklist``: one per rubric item (a
+    ``checklist_baseline`` adds one per item per question, shared by the
+    question's answers); ``all_dimensions``: one.
 
     Args:
         protocol: The judge's protocol.
-        items: Dimension -> its number of rubric items (checklist).
-        baseline: ``empty_answer`` asks every item once more per question,
-            shared by that question's answers; counted per answer here as a
-            question's share (the caller divides by answers per question).
+        items: Dimension -> its number of rubric items.
 
     >>> calls_per_answer("score", {"a": 5, "b": 5})
     2

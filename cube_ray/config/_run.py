@@ -45,8 +45,8 @@ from cube_ray.engines.config import (
 from cube_ray.env import EnvUse, placeholders, url_host
 from cube_ray.errors import ConfigError
 from cube_ray.language import Language
-from cube_ray.protocols import checklist
 from cube_ray.prompts import check_template
+from cube_ray.protocols import checklist
 from cube_ray.systems.config import SystemConfig
 from cube_ray.systems.kinds import system_kind
 

@@ -51,17 +51,17 @@ from cube_ray.engines.base import (
 __all__ = [
     "SPLIT_TOLERANCE",
     "ExpectedReading",
+    "YesNoReading",
     "expected_value",
     "parse_score",
     "read_expected",
     "read_score_lines",
     "read_yes_no",
     "score_distribution",
-    "score_starts",
     "score_mass",
+    "score_starts",
     "split_matters",
     "split_one_ten",
-    "YesNoReading",
     "valid_logprob",
     "yes_no_mass",
     "yes_no_word",
@@ -526,7 +526,10 @@ def read_score_lines(
         note = _note(text, f"not {count} scores 0..10, one a line")
         return [ExpectedReading(None, "parse_error", 0.0, note)] * count
     if not expected:
-        return [ExpectedReading(g, "ok", 1.0, line) for g, line in zip(greedy, lines)]
+        return [
+            ExpectedReading(g, "ok", 1.0, line)
+            for g, line in zip(greedy, lines, strict=True)
+        ]
     starts = score_starts(tokens or [])
     if not steps or len(starts) != count or starts[-1] >= len(steps):
         note = _note(text, "score positions not found in the logprobs")

@@ -503,17 +503,19 @@ def render_dimensions(
     nonce: str,
     template: str = "judge_dimensions",
 ) -> str:
-    """The prompt asking every dimension's score at once (``all_dimensions``).
+    r"""The prompt asking every dimension's score at once (``all_dimensions``).
 
     The rubrics are numbered in the order the scores are to be written, one a
     line.
 
     >>> p = render_dimensions("d", "q", "a", ["R one.", "R two."], nonce="abc123")
     >>> p[p.index("Rubrics,"):p.index("R two.") + 6]
-    'Rubrics, in the order to score them:\\n1. R one.\\n2. R two.'
+    'Rubrics, in the order to score them:\n1. R one.\n2. R two.'
     """
     head = _RUBRICS[_template_language(template)]
     block = "\n".join(
         [head, *(f"{i}. {r.strip()}" for i, r in enumerate(rubrics, start=1))]
     )
-    return render_judge(document, question, answer, block, nonce=nonce, template=template)
+    return render_judge(
+        document, question, answer, block, nonce=nonce, template=template
+    )
