@@ -76,7 +76,9 @@ def _check_one(
         name,
         engine_config,
         rubrics=config.rubrics(),
-        template=config.prompts.judge,
+        template=config.prompts.judge_template(
+            getattr(engine_config, "protocol", "score")
+        ),
         nonce=nonce,
         engine_factory=lambda _config: BorrowedEngine(engine),
     )

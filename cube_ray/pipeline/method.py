@@ -266,7 +266,7 @@ def stage_graph(
                     "judge": judge,
                     "engine": engine,
                     "rubrics": rubrics,
-                    "template": config.prompts.judge,
+                    "template": _judge_template(config, engine),
                 },
                 Inputs(
                     ANSWERS,
@@ -285,14 +285,24 @@ def stage_graph(
     return specs
 
 
+def _judge_template(config: RunConfig, engine: Any) -> str:
+    """The judge template of the engine's protocol (CUBE_METHOD.md section 14)."""
+    return config.prompts.judge_template(getattr(engine, "protocol", "score"))
+
+
 def _judge_fingerprints(config: RunConfig, engine: Any) -> dict[str, str]:
-    """Dimension -> hash of (judge engine, judge template, rubric).
+    """Dimension -> hash of (judge engine, its protocol's template, rubric).
 
     The same for a judge's scores of the answers and of the faulted answers.
+    Under ``all_dimensions`` a dimension's score depends on every rubric (one
+    prompt holds them all), so each dimension's hash covers all of them.
     """
     rubrics = config.rubrics()
     efp = engine_fingerprint(engine)
-    tpl = template_text(config.prompts.judge)
+    tpl = template_text(_judge_template(config, engine))
+    if getattr(engine, "protocol", "score") == "all_dimensions":
+        every = "\x00".join(f"{d}\x00{r}" for d, r in rubrics.items())
+        return {d: stable_hash(efp, tpl, every) for d in rubrics}
     return {d: stable_hash(efp, tpl, r) for d, r in rubrics.items()}
 
 
@@ -337,7 +347,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                     "judge": judge,
                     "engine": engine,
                     "rubrics": rubrics,
-                    "template": config.prompts.judge,
+                    "template": _judge_template(config, engine),
                 },
                 Inputs(
                     QUALIFICATION,
