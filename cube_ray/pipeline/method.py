@@ -168,6 +168,21 @@ def _light(engine: Any) -> PoolConfig:
     )
 
 
+def _judge_pool(engine: Any, dimensions: int) -> PoolConfig:
+    """A judge stage's pool; under ``all_dimensions`` a batch holds whole answers.
+
+    One call serves every dimension row of an answer that its batch holds, so
+    the batch size is rounded up to a multiple of the dimensions (the rows of
+    an answer come one after the other): one call per answer, not two for an
+    answer cut in half.
+    """
+    pool = _light(engine)
+    if getattr(engine, "protocol", "score") != "all_dimensions" or dimensions < 2:
+        return pool
+    size = -(-pool.batch_size // dimensions) * dimensions
+    return pool.model_copy(update={"batch_size": size})
+
+
 def stage_graph(
     config: RunConfig, *, corpus_fp: str = "", documents_path: str = ""
 ) -> list[StageSpec]:
@@ -274,7 +289,7 @@ def stage_graph(
                     {"judge": judge, "fingerprints": fps, "dimensions": dims},
                     per_row=len(dims),
                 ),
-                _light(engine),
+                _judge_pool(engine, len(dims)),
                 engines=(engine,),
                 after=answer_stages,
                 owners=((f"judges.{judge}", engine),),
@@ -359,7 +374,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                     },
                     per_row=len(dims),
                 ),
-                _light(engine),
+                _judge_pool(engine, len(dims)),
                 engines=(engine,),
                 after=(QUALIFICATION,),
             )

@@ -151,6 +151,7 @@ class JudgeStage(Stage):
             if self._protocol == "checklist"
             else {}
         )
+        self._base_cache: dict[tuple[str, str, str], list[ScoreResult]] = {}
         self._engine = engine_factory(engine)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -237,35 +238,41 @@ class JudgeStage(Stage):
         return self._engine.score(prompts, mode=self._mode)
 
     def _checklist(self, items: list[JudgeItem]) -> list[ScoreResult]:
-        """One yes/no call per item; the score ``10 * sum w_i P(yes_i)``."""
+        """One yes/no call per item; the score ``10 * sum w_i P(yes_i)``.
+
+        With ``checklist_baseline: empty_answer`` each (question, dimension)
+        is also asked of an empty answer, once per stage instance: its reading
+        is kept for the question's other answers (the row that asked it
+        carries its tokens).
+        """
         prompts: list[str] = []
-        spans: list[tuple[int, int, int | None]] = []  # (first, items, baseline)
-        baselines: dict[tuple[str, str, str], int] = {}
+        spans: list[tuple[int, int]] = []
+        asked_base: dict[tuple[str, str, str], int] = {}
         for it in items:
-            cl = self._checklists[it.dimension]
-            base: int | None = None
             if self._baseline == "empty_answer":
                 key = (it.document, it.question, it.dimension)
-                if key not in baselines:
-                    baselines[key] = len(prompts)
+                if key not in self._base_cache and key not in asked_base:
+                    asked_base[key] = len(prompts)
                     prompts += self._item_prompts(it, "")
-                    base = baselines[key]  # this row carries the baseline's tokens
-                else:
-                    base = -1 - baselines[key]  # shared: no tokens of its own
-            spans.append((len(prompts), len(cl.items), base))
+            spans.append((len(prompts), len(self._checklists[it.dimension].items)))
             prompts += self._item_prompts(it, it.answer)
         words = yes_no_words(self._template)
         got = self._engine.yes_no(prompts, words=words, mode=self._mode)  # type: ignore[attr-defined]
+        fresh = {}
+        for key, at in asked_base.items():
+            n = len(self._checklists[key[2]].items)
+            fresh[key] = list(got[at : at + n])
+        self._base_cache.update(fresh)
         out = []
-        for it, (first, n, base) in zip(items, spans, strict=True):
+        for it, (first, n) in zip(items, spans, strict=True):
             asked = list(got[first : first + n])
             calls = list(asked)
             against: list[ScoreResult] = []
-            if base is not None:
-                at = base if base >= 0 else -1 - base
-                against = list(got[at : at + n])
-                if base >= 0:
-                    calls += against
+            if self._baseline == "empty_answer":
+                key = (it.document, it.question, it.dimension)
+                against = self._base_cache[key]
+                if key in fresh:
+                    calls += fresh.pop(key)
             out.append(self._combine(it, asked, against, calls))
         return out
 
