@@ -374,9 +374,27 @@ class VllmEngine:
             structured_outputs=StructuredOutputsParams(choice=list(words)),
         )
         todo, outputs, results, per_row = self._protocol_run(prompts, params, room)
+        # A word may start with a token that decodes to no text of its own (a
+        # byte of 否 in a byte-level tokenizer): the first token ids of each
+        # word's encodings name the word whatever they decode to.
+        starts = [
+            {
+                tid
+                for variant in (word, f" {word}", word.capitalize())
+                for tid in self._encode_plain(variant)[:1]
+            }
+            for word in words
+        ]
+        shared = starts[0] & starts[1]  # a token that starts both names neither
+        named = {
+            t: w for w, ids in zip(words, starts, strict=True) for t in ids - shared
+        }
         for i, out in zip(todo, outputs, strict=True):
             completion = out.outputs[0]
-            first = _first_logprobs(completion) if mode == "expected" else None
+            first = None
+            if mode == "expected":
+                lps = completion.logprobs or []
+                first = _pairs(lps[0], named=named) if lps else []
             got = read_yes_no(
                 first, text=completion.text, words=words, min_mass=self.min_score_mass
             )
@@ -488,12 +506,18 @@ class VllmEngine:
         gc.collect()
 
 
-def _pairs(step: Mapping[int, Any]) -> list[tuple[str, float]]:
-    """``(decoded token, logprob)`` of one step's vLLM ``Logprob`` entries."""
+def _pairs(
+    step: Mapping[int, Any], *, named: Mapping[int, str] | None = None
+) -> list[tuple[str, float]]:
+    """``(decoded token, logprob)`` of one step's vLLM ``Logprob`` entries.
+
+    ``named``: token ids read as the given text instead of their decoding.
+    """
+    named = named or {}
     return [
-        (lp.decoded_token, float(lp.logprob))
-        for lp in step.values()
-        if lp.decoded_token is not None
+        (named.get(tid, lp.decoded_token), float(lp.logprob))
+        for tid, lp in step.items()
+        if lp.decoded_token is not None or tid in named
     ]
 
 
