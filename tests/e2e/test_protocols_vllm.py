@@ -63,9 +63,9 @@ def test_every_protocol_on_the_tiny_vllm_model(
     cfg["ray"] = {"num_cpus": 4}
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "cube_ray.cli", "run", str(path)]
     proc = subprocess.run(
-        [sys.executable, "-m", "cube_ray.cli", "run", str(path)]
-        + ["--out", str(run_dir), "--no-progress"],
+        [*command, "--out", str(run_dir), "--no-progress"],
         capture_output=True,
         text=True,
         env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
