@@ -452,7 +452,8 @@ class VllmEngine:
                 ScoreResult(
                     r.score,
                     status=r.status,
-                    raw=r.raw,
+                    # The whole reply: every row of the answer shows all lines.
+                    raw=completion.text if r.status == "ok" else r.raw,
                     prompt_tokens=len(out.prompt_token_ids or ()),
                     completion_tokens=len(completion.token_ids),
                     latency_s=per_row,

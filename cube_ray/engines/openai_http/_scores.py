@@ -257,7 +257,12 @@ def line_scores(
         min_mass=min_mass,
         expected=expected,
     )
+    # An ok row keeps the whole reply (every row of the answer shows all lines).
     return [
-        ScoreResult(r.score, status=r.status, **{**common, "raw": scrub(r.raw)})
+        ScoreResult(
+            r.score,
+            status=r.status,
+            **{**common, "raw": common["raw"] if r.status == "ok" else scrub(r.raw)},
+        )
         for r in readings
     ]
