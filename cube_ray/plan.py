@@ -222,7 +222,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                 )
                 unique = None
             else:
-                sizes = {
+                sizes: dict[str, Any] = {
                     "answers": n_answers,
                     "material": n_sets * (gold_tokens + q_tokens)
                     + n_answers * answer_len,
@@ -286,7 +286,7 @@ def judge_cost(
     """
     from cube_ray.protocols import calls_per_answer, checklist
 
-    protocol = protocol or getattr(engine, "protocol", "score")
+    protocol = str(protocol or getattr(engine, "protocol", "score"))
     rubrics = config.rubrics()
     tpl = _tpl_tokens(config.prompts.judge_template(protocol))
     prefix = answers * tpl + material

@@ -298,11 +298,9 @@ class JudgeStage(Stage):
         against: list[ScoreResult],
         calls: list[ScoreResult],
     ) -> ScoreResult:
-        tokens = {
-            "prompt_tokens": _total(r.prompt_tokens for r in calls),
-            "completion_tokens": _total(r.completion_tokens for r in calls),
-            "latency_s": sum(r.latency_s or 0.0 for r in calls) or None,
-        }
+        prompt_tokens = _total(r.prompt_tokens for r in calls)
+        completion_tokens = _total(r.completion_tokens for r in calls)
+        latency_s = sum(r.latency_s or 0.0 for r in calls) or None
         bad = next(
             (
                 (k, r)
@@ -317,7 +315,12 @@ class JudgeStage(Stage):
                 " (empty answer)" if k >= len(asked) else ""
             )
             return ScoreResult(
-                None, status=r.status, raw=f"{where}: {r.raw or ''}", **tokens
+                None,
+                status=r.status,
+                raw=f"{where}: {r.raw or ''}",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                latency_s=latency_s,
             )
         p = [float(r.score) for r in asked if r.score is not None]
         raw = "P(yes) " + " ".join(f"{x:.3f}" for x in p)
@@ -326,7 +329,13 @@ class JudgeStage(Stage):
             raw += "; empty answer " + " ".join(f"{x:.3f}" for x in b)
             p = [contrast(x, y) for x, y in zip(p, b, strict=True)]
         weights = [i.weight for i in self._checklists[it.dimension].items]
-        return ScoreResult(checklist_score(p, weights), raw=raw, **tokens)
+        return ScoreResult(
+            checklist_score(p, weights),
+            raw=raw,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_s=latency_s,
+        )
 
     def _all_dimensions(self, items: list[JudgeItem]) -> list[ScoreResult]:
         """One call per answer; each row takes its dimension's line."""
