@@ -236,3 +236,83 @@ def test_all_dimensions_one_call_per_answer_tokens_split_over_its_rows() -> None
         ("full", "one"): 1.0,
     }
     assert [r[schema.PROMPT_TOKENS] for r in out] == [5, 5, 5, 5]
+
+
+def test_qualification_judges_use_the_protocol_template(tmp_path: Path) -> None:
+    path = _config(tmp_path, protocol="checklist")
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    cfg["qualification"] = {"questions": 2}
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    specs = {s.label: s for s in stage_graph(RunConfig.from_yaml(path))}
+    assert specs["qualification:j1"].stage_kwargs["template"] == "judge_checklist"
+    assert (
+        specs["scores:j1"].inputs.kwargs["fingerprints"]
+        == (specs["qualification:j1"].inputs.kwargs["fingerprints"])
+    )
+
+
+def _http(**extra: Any) -> tuple[Any, list[dict[str, Any]]]:
+    import json
+
+    import httpx
+
+    from cube_ray.engines.openai_http import OpenAIHttpEngine
+
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        regex = (body.get("structured_outputs") or {}).get("regex")
+        text = "4\n10" if regex or "Scores" in str(body["messages"]) else "No"
+        tokens = ["4", "\n", "10"] if text != "No" else ["No"]
+        content = [
+            {
+                "token": t,
+                "logprob": -0.1,
+                "top_logprobs": [{"token": t, "logprob": -0.1}],
+            }
+            for t in tokens
+        ]
+        if text == "No":
+            content[0]["top_logprobs"] = [
+                {"token": "No", "logprob": -0.1},
+                {"token": " yes", "logprob": -2.4},
+            ]
+        choice = {
+            "index": 0,
+            "message": {"content": text},
+            "logprobs": {"content": content},
+        }
+        return httpx.Response(200, json={"choices": [choice], "usage": {}})
+
+    cfg = OpenAIHttpEngineConfig(
+        base_url="http://127.0.0.1:9/v1", model="m", max_retries=0, **extra
+    )
+    return OpenAIHttpEngine(cfg, transport=httpx.MockTransport(handler)), bodies
+
+
+def test_http_yes_no_sends_the_words_as_choices_and_reads_p_yes() -> None:
+    engine, bodies = _http(guided_choice=True, logprobs=True)
+    [got] = engine.yes_no(["Q? Answer (yes/no):"], words=("yes", "no"), mode="expected")
+    assert bodies[0]["structured_outputs"] == {"choice": ["yes", "no"]}
+    assert bodies[0]["logprobs"] is True
+    assert got.status == "ok"
+    assert got.score == pytest.approx(0.1, abs=0.01)  # e^-2.4 / (e^-2.4 + e^-0.1)
+    engine, bodies = _http()  # no logprobs, no constraint: the word
+    [got] = engine.yes_no(["Q?"], words=("yes", "no"), mode="argmax")
+    assert "logprobs" not in bodies[0]
+    assert "structured_outputs" not in bodies[0]
+    assert (got.score, got.status) == (0.0, "ok")
+
+
+def test_http_score_lines_constrains_by_regex_and_reads_each_line() -> None:
+    engine, bodies = _http(guided_choice=True, logprobs=True, ten_is_one_token=True)
+    [lines] = engine.score_lines(["Scores"], count=2, mode="expected")
+    assert bodies[0]["structured_outputs"] == {"regex": "(10|[0-9])\\n(10|[0-9])"}
+    assert bodies[0]["guided_regex"] == "(10|[0-9])\\n(10|[0-9])"
+    assert [r.score for r in lines] == [4.0, 10.0]
+    assert {r.raw for r in lines} == {"4\n10"}
+    engine, _ = _http()
+    [lines] = engine.score_lines(["Scores"], count=3, mode="argmax")
+    assert {r.status for r in lines} == {"parse_error"}  # two lines, not three
