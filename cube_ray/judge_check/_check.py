@@ -95,6 +95,8 @@ def _check_one(
     result: dict[str, Any] = {
         "backend": engine_config.backend,
         "model": getattr(engine, "name", None),
+        # CUBE_METHOD.md section 14: separation and faults under this protocol.
+        "protocol": getattr(engine_config, "protocol", "score"),
         "seconds": round(seconds, 2),
         "rows": len(scores),
         "scored": sum(s[schema.SCORE] is not None for s in scores),

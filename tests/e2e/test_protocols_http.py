@@ -253,3 +253,36 @@ def test_every_protocol_through_cube_ray_run(
     # The manifest records the protocol in each judge's config.
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["status"] == "complete"
+
+
+def test_judges_check_measures_a_judge_under_its_protocol(
+    tmp_path: Path, server: tuple[str, type[_Handler]]
+) -> None:
+    base_url, handler = server
+    corpus, ids = make_corpus(tmp_path, 8)
+    path = fake_config(tmp_path, corpus, make_qa_file(tmp_path, ids))
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    http = {"backend": "openai_http", "base_url": base_url, "max_retries": 0}
+    cfg["judges"] = {
+        "checklist": {
+            **http,
+            "model": "checklist",
+            "protocol": "checklist",
+            "logprobs": True,
+            "score_mode": "expected",
+        },
+        "all": {**http, "model": "all", "protocol": "all_dimensions"},
+    }
+    cfg["prompts"] = {"language": "zh"}
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "check.json"
+    proc = _cube_ray("judges", "check", str(path), "--sample", "6", "--json", str(out))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    for name in ("checklist", "all"):
+        judge = data["judges"][name]
+        assert judge["protocol"] == {"all": "all_dimensions"}.get(name, name)
+        assert judge["scored"] == judge["rows"] > 0
+    assert "(openai_http, checklist, protocol checklist" in proc.stdout
+    # The checklist judge asked items, the other one call per answer.
+    assert handler.calls["checklist"] > handler.calls["all"] > 0
