@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -151,7 +152,7 @@ class JudgeStage(Stage):
             if self._protocol == "checklist"
             else {}
         )
-        self._base_cache: dict[tuple[str, str, str], list[ScoreResult]] = {}
+        self._base_cache: dict[str, list[ScoreResult]] = {}
         self._engine = engine_factory(engine)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -241,16 +242,17 @@ class JudgeStage(Stage):
         """One yes/no call per item; the score ``10 * sum w_i P(yes_i)``.
 
         With ``checklist_baseline: empty_answer`` each (question, dimension)
-        is also asked of an empty answer, once per stage instance: its reading
-        is kept for the question's other answers (the row that asked it
-        carries its tokens).
+        is also asked of an empty answer, once per stage instance: a reading
+        whose items all came back is kept for the question's other answers
+        (the row that asked it carries its tokens; at most
+        :data:`BASELINES_KEPT` are kept).
         """
         prompts: list[str] = []
         spans: list[tuple[int, int]] = []
-        asked_base: dict[tuple[str, str, str], int] = {}
+        asked_base: dict[str, int] = {}
         for it in items:
             if self._baseline == "empty_answer":
-                key = (it.document, it.question, it.dimension)
+                key = _baseline_key(it)
                 if key not in self._base_cache and key not in asked_base:
                     asked_base[key] = len(prompts)
                     prompts += self._item_prompts(it, "")
@@ -258,22 +260,31 @@ class JudgeStage(Stage):
             prompts += self._item_prompts(it, it.answer)
         words = yes_no_words(self._template)
         got = self._engine.yes_no(prompts, words=words, mode=self._mode)  # type: ignore[attr-defined]
-        fresh = {}
-        for key, at in asked_base.items():
-            n = len(self._checklists[key[2]].items)
-            fresh[key] = list(got[at : at + n])
-        self._base_cache.update(fresh)
+        fresh: dict[str, list[ScoreResult]] = {}
+        for it in items:
+            key = _baseline_key(it) if self._baseline == "empty_answer" else ""
+            if key in asked_base and key not in fresh:
+                at = asked_base[key]
+                fresh[key] = list(
+                    got[at : at + len(self._checklists[it.dimension].items)]
+                )
+        for key, readings in fresh.items():
+            if all(r.status == "ok" for r in readings):
+                self._base_cache[key] = readings
         out = []
         for it, (first, n) in zip(items, spans, strict=True):
             asked = list(got[first : first + n])
             calls = list(asked)
             against: list[ScoreResult] = []
             if self._baseline == "empty_answer":
-                key = (it.document, it.question, it.dimension)
-                against = self._base_cache[key]
-                if key in fresh:
-                    calls += fresh.pop(key)
+                key = _baseline_key(it)
+                against = fresh.get(key) or self._base_cache[key]
+                if key in asked_base:
+                    calls += against
+                    del asked_base[key]  # its tokens go to one row
             out.append(self._combine(it, asked, against, calls))
+        while len(self._base_cache) > BASELINES_KEPT:  # the oldest first
+            del self._base_cache[next(iter(self._base_cache))]
         return out
 
     def _item_prompts(self, it: JudgeItem, answer: str) -> list[str]:
@@ -374,6 +385,19 @@ class JudgeStage(Stage):
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close()
+
+
+BASELINES_KEPT = 65_536
+"""Empty-answer readings a judge stage keeps (``checklist_baseline``)."""
+
+
+def _baseline_key(it: JudgeItem) -> str:
+    """The (document, question, dimension) an empty-answer reading belongs to."""
+    digest = hashlib.sha256()
+    for part in (it.document, it.question, it.dimension):
+        digest.update(part.encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()
 
 
 def _total(values: Any) -> int | None:

@@ -316,3 +316,42 @@ def test_http_score_lines_constrains_by_regex_and_reads_each_line() -> None:
     engine, _ = _http()
     [lines] = engine.score_lines(["Scores"], count=3, mode="argmax")
     assert {r.status for r in lines} == {"parse_error"}  # two lines, not three
+
+
+def test_empty_answer_baseline_is_asked_once_and_a_failed_one_again() -> None:
+    n = 2  # items of dimension "one"
+    replies = [
+        *[ScoreResult(None, status="timeout", raw="t")] * n,  # baseline fails
+        *[ScoreResult(0.9, prompt_tokens=10)] * n,  # answer a
+        *[ScoreResult(0.9, prompt_tokens=10)] * n,  # answer b
+        *[ScoreResult(0.5, prompt_tokens=7)] * n,  # the baseline, asked again
+        *[ScoreResult(0.9, prompt_tokens=10)] * n,  # answer c
+        *[ScoreResult(0.5, prompt_tokens=10)] * n,  # answer d: baseline kept
+    ]
+    engine = _Recorder(replies)
+    stage = JudgeStage(
+        "j",
+        FakeEngineConfig(protocol="checklist", checklist_baseline="empty_answer"),
+        rubrics={"one": RUBRICS["one"]},
+        template="judge_checklist",
+        engine_factory=lambda _c: engine,
+    )
+
+    def judge(answers: list[str]) -> list[dict[str, Any]]:
+        rows = judge_inputs(
+            _rows(answers), judge="j", fingerprints=FPS, dimensions=["one"]
+        )
+        return stage(rows).to_pylist()
+
+    first = judge(["a", "b"])
+    assert [r[schema.STATUS] for r in first] == ["timeout", "timeout"]
+    assert first[0][schema.RAW] == "item 1 (empty answer): t"
+    second = judge(["c"])
+    third = judge(["d"])
+    assert [len(p) for p in engine.prompts] == [3 * n, 2 * n, n]
+    # Against a baseline of 0.5 the reading is P(yes) itself.
+    assert second[0][schema.SCORE] == pytest.approx(9.0)
+    assert third[0][schema.SCORE] == pytest.approx(5.0)
+    assert second[0][schema.PROMPT_TOKENS] == 2 * 10 + 2 * 7
+    assert third[0][schema.PROMPT_TOKENS] == 2 * 10
+    assert "empty answer 0.500 0.500" in second[0][schema.RAW]
