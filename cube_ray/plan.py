@@ -340,7 +340,7 @@ def format_protocols(rows: list[PlanRow]) -> list[str]:
     ...     print(line)
     Judging protocols (CUBE_METHOD.md section 14), per answer:
       judge        protocol                  calls  prompt tokens  after prefix sharing
-      scores:j     score (this run)            4.0          4,000                 1,200
+      j            score (this run)            4.0          4,000                 1,200
     """
     judged = [r for r in rows if r.protocols and r.answers]
     if not judged:
@@ -353,8 +353,9 @@ def format_protocols(rows: list[PlanRow]) -> list[str]:
     for r in judged:
         for k, (protocol, cost) in enumerate(r.protocols):
             name = f"{protocol} (this run)" if k == 0 else protocol
+            judge = r.stage.partition(":")[2]  # not "scores:…": one line per stage
             lines.append(
-                f"  {r.stage[:12]:12s} {name:25s} {cost.calls / r.answers:>5.1f}  "
+                f"  {judge[:12]:12s} {name:25s} {cost.calls / r.answers:>5.1f}  "
                 f"{cost.prompt_tokens / r.answers:>13,.0f}  "
                 f"{cost.unique_prompt_tokens / r.answers:>20,.0f}"
             )
