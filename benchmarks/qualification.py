@@ -30,7 +30,11 @@ the package's 120-record sample when shared/ is absent), with the fields of
      completeness: omission), so the four-dimension price is not needed to
      test each expected detection once;
 
-   ``--dimensions a,b`` overrides either;
+   ``--dimensions a,b`` overrides either; ``--protocol`` picks the LLM
+   judge's judging protocol (CUBE_METHOD.md section 14: ``score``, the
+   demo's; ``checklist``, one yes/no call per rubric item; ``all_dimensions``,
+   one call per answer) and ``--baseline empty_answer`` the checklist's
+   reading against an empty answer (the reference judge has no protocol);
 4. per kind and dimension and for the equal-weighted total: drop = mean of
    score(original) - score(faulted), the one-sided Wilcoxon p, detected =
    drop >= 0.5 and p < 0.05 (``cube_ray.aggregate.fault_detection``), and
@@ -117,11 +121,18 @@ def judge_setup(
     kind: str,
     dimensions: Sequence[str] | None,
     measures: dict[str, str] | None = None,
+    *,
+    protocol: str = "score",
+    baseline: str = "none",
 ) -> tuple[Any, dict[str, str], str, list[str]]:
     """(engine config, rubrics, template, dimensions) of ``--judge kind``.
 
-    ``measures`` replaces the reference judge's measure of some dimensions.
+    ``measures`` replaces the reference judge's measure of some dimensions;
+    ``protocol`` and ``baseline`` set the LLM judge's judging protocol.
     """
+    if kind == "reference" and (protocol != "score" or baseline != "none"):
+        msg = "--protocol and --baseline apply to an LLM judge (--judge embedded)"
+        raise SettingsMismatchError(msg)
     if kind == "reference":
         from typing import get_args
 
@@ -169,7 +180,11 @@ def judge_setup(
             d: rubrics.get(d) or default_rubric(d, "en" if lang == "auto" else lang)
             for d in dims
         }
-    return demo.judges["qwen"], rubrics, demo.prompts.judge, dims
+    qwen = demo.judges["qwen"]
+    cfg = type(qwen).model_validate(
+        {**qwen.model_dump(), "protocol": protocol, "checklist_baseline": baseline}
+    )
+    return cfg, rubrics, demo.prompts.judge_template(protocol), dims
 
 
 def read_done(path: Path) -> dict[str, dict[str, Any]]:
@@ -196,6 +211,8 @@ def _pinned(work: Path, settings: dict[str, Any]) -> dict[str, Any]:
         path.write_text(json.dumps(settings, ensure_ascii=False, indent=1) + "\n")
         return settings
     old = json.loads(path.read_text(encoding="utf-8"))
+    # Work folders from before --protocol judged under the defaults.
+    old = {"protocol": "score", "baseline": "none", **old}
     diff = {
         k: (old.get(k), settings.get(k))
         for k in [*settings, *(k for k in old if k not in settings)]
@@ -232,6 +249,18 @@ def main(
         default=None,
         help="reference judge only: comma-separated dimension=measure pairs "
         "replacing the defaults (e.g. relevance=facts)",
+    )
+    ap.add_argument(
+        "--protocol",
+        choices=("score", "checklist", "all_dimensions"),
+        default="score",
+        help="the LLM judge's judging protocol (CUBE_METHOD.md section 14)",
+    )
+    ap.add_argument(
+        "--baseline",
+        choices=("none", "empty_answer"),
+        default="none",
+        help="checklist: read each item against an empty answer",
     )
     ap.add_argument("--work", type=Path, default=None, help="checkpoint folder")
     ap.add_argument(
@@ -279,7 +308,11 @@ def _run(
 
     dims_arg = args.dimensions.split(",") if args.dimensions else None
     engine_cfg, rubrics, template, dims = judge_setup(
-        args.judge, dims_arg, parse_measures(args.measures)
+        args.judge,
+        dims_arg,
+        parse_measures(args.measures),
+        protocol=args.protocol,
+        baseline=args.baseline,
     )
     measures = dict(getattr(engine_cfg, "measures", {}))
     name = "reference" if args.judge == "reference" else "qwen"
@@ -308,6 +341,8 @@ def _run(
 
     settings: dict[str, Any] = {
         "judge": args.judge,
+        "protocol": args.protocol,
+        "baseline": args.baseline,
         "dimensions": dims,
         "records": args.records,
         "seed": args.seed,
@@ -338,7 +373,7 @@ def _run(
         if r["status"] == "ok":
             ok_by_q.setdefault(r["question_id"], []).append(r)
     fps = {d: d for d in dims}
-    engine_tokens = {"prompt": 0, "cached": 0}
+    engine_tokens = {"prompt": 0, "cached": 0, "calls": 0}
     engine = None
     stage = None
     threads = None
@@ -443,6 +478,7 @@ def _run(
                 cpu = sum(c["cpu_s"] for c in timed)
                 calls[part] |= {
                     "calls_with_engine_counts": len(timed),
+                    "engine_calls": sum(c.get("engine_calls", 0) for c in timed),
                     "engine_prompt_tokens": sent,
                     "cached_tokens": cached,
                     "cached_share": round(cached / sent, 3) if sent else None,
@@ -458,6 +494,8 @@ def _run(
         return {
             "corpus": str(corpus),
             "judge": args.judge,
+            "protocol": args.protocol,
+            "baseline": args.baseline,
             "dimensions": dims,
             "measures": measures,
             "records": len(gold),
@@ -489,6 +527,12 @@ def _run(
                 tmp.write_text(text, encoding="utf-8")
                 tmp.replace(path)
 
+    if args.count_tokens and args.protocol != "score":
+        msg = (
+            "--count-tokens counts protocol score's prompts; a judged run of "
+            "another protocol reports vLLM's prompt, cached tokens and calls"
+        )
+        raise SettingsMismatchError(msg)
     if args.count_tokens:
         prompts = [
             [
@@ -587,6 +631,7 @@ def _run(
                     # what its prefix cache served.
                     "engine_prompt_tokens": engine_tokens["prompt"] - before["prompt"],
                     "cached_tokens": engine_tokens["cached"] - before["cached"],
+                    "engine_calls": engine_tokens["calls"] - before["calls"],
                 }
             rec = {
                 "question_id": q,
@@ -643,6 +688,7 @@ def _count_cached(engine: Any, counter: dict[str, int]) -> None:
     def counted(*args: Any, **kwargs: Any) -> Any:
         outputs = generate(*args, **kwargs)
         for out in outputs:
+            counter["calls"] += 1
             counter["prompt"] += len(out.prompt_token_ids or [])
             counter["cached"] += out.num_cached_tokens or 0
         return outputs

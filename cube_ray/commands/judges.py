@@ -112,8 +112,10 @@ def format_results(results: dict[str, Any]) -> str:
         lines.append("")
         model = f", {r['model']}" if r.get("model") else ""
         took = f", {r['seconds']} s" if "seconds" in r else ""
+        protocol = r.get("protocol", "score")
+        how = f", protocol {protocol}" if protocol != "score" else ""
         verdict = "PASS" if r["ok"] else "FAIL"
-        lines.append(f"{verdict} {name} ({r['backend']}{model}{took})")
+        lines.append(f"{verdict} {name} ({r['backend']}{model}{how}{took})")
         if "bounds" in r:
             lines.append(
                 f"  {'bounds':<16} {'zero':>6} {'full':>6} {'gap':>6} "

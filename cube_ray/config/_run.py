@@ -46,6 +46,7 @@ from cube_ray.env import EnvUse, placeholders, url_host
 from cube_ray.errors import ConfigError
 from cube_ray.language import Language
 from cube_ray.prompts import check_template
+from cube_ray.protocols import checklist
 from cube_ray.systems.config import SystemConfig
 from cube_ray.systems.kinds import system_kind
 
@@ -444,6 +445,15 @@ def _judge_problems(config: RunConfig) -> list[str]:
                 f"judges.{name}.logprobs: true (if the endpoint returns them) or "
                 "score_mode: argmax"
             )
+        if getattr(engine, "protocol", "score") == "checklist":
+            for i, dim in enumerate(config.dimensions):
+                try:
+                    checklist(dim.rubric_text(), dimension=dim.name)
+                except ConfigError as exc:
+                    problems.append(
+                        f"judges.{name}.protocol is 'checklist', but "
+                        f"dimensions[{i}]: {exc}"
+                    )
     return problems
 
 
@@ -455,9 +465,11 @@ def _file_problems(config: RunConfig) -> list[str]:
         ("question", prompts.question),
         ("answer", prompts.answer),
         ("judge", prompts.judge),
+        ("judge_checklist", prompts.judge_checklist),
+        ("judge_dimensions", prompts.judge_dimensions),
     ):
         try:
-            check_template(name, kind)
+            check_template(name, "judge" if kind.startswith("judge") else kind)
         except ConfigError as exc:
             problems.append(f"prompts.{kind}: {exc}")
     for i, dim in enumerate(config.dimensions):

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.credentials import literal_credential, literal_in_url
+from cube_ray.protocols import Baseline, JudgeProtocol
 
 __all__ = [
     "ACCOUNTING_FIELDS",
@@ -288,6 +289,17 @@ class _EngineBase(StrictModel):
     ``low_score_mass``, no score, and the mass in its raw text (a judge that
     mostly wanted to write something else has not given a score). Constrained
     engines (vLLM, ``guided_choice``) put all the mass on score tokens."""
+    protocol: JudgeProtocol = "score"
+    """How a judge's dimension scores are obtained (CUBE_METHOD.md section 14):
+    ``score``, one 0-10 score per answer and dimension; ``checklist``, one
+    yes/no question per answer and rubric item, the score ``10 * sum_i w_i *
+    P(yes_i)``; ``all_dimensions``, one call per answer writing every
+    dimension's score, one a line. Ignored where the engine generates."""
+    checklist_baseline: Baseline = "none"
+    """``protocol: checklist`` only: ``empty_answer`` reads each item's P(yes)
+    against the same item asked of an empty answer (one more call per question
+    and item), so a judge that says yes to everything scores every answer 5
+    (:func:`cube_ray.protocols.contrast`)."""
     sampling: SamplingConfig = SamplingConfig()
     """Sampling settings for generation."""
     pool: PoolConfig = PoolConfig()
@@ -295,6 +307,17 @@ class _EngineBase(StrictModel):
     price_per_mtok: PriceConfig | None = None
     """Its price (e.g. ``{prompt: 0.5, completion: 1.5}``), for the API cost
     that ``cube-ray plan`` and ``--dry-run`` estimate; None: not priced."""
+
+    @model_validator(mode="after")
+    def _check_baseline(self) -> _EngineBase:
+        if self.checklist_baseline != "none" and self.protocol != "checklist":
+            msg = (
+                f"checklist_baseline is {self.checklist_baseline!r} but protocol is "
+                f"{self.protocol!r}; a baseline applies to protocol: checklist only "
+                "(set protocol: checklist, or remove checklist_baseline)"
+            )
+            raise ValueError(msg)
+        return self
 
     @property
     def cpu_engine(self) -> bool:

@@ -76,7 +76,9 @@ def _check_one(
         name,
         engine_config,
         rubrics=config.rubrics(),
-        template=config.prompts.judge,
+        template=config.prompts.judge_template(
+            getattr(engine_config, "protocol", "score")
+        ),
         nonce=nonce,
         engine_factory=lambda _config: BorrowedEngine(engine),
     )
@@ -93,6 +95,8 @@ def _check_one(
     result: dict[str, Any] = {
         "backend": engine_config.backend,
         "model": getattr(engine, "name", None),
+        # CUBE_METHOD.md section 14: separation and faults under this protocol.
+        "protocol": getattr(engine_config, "protocol", "score"),
         "seconds": round(seconds, 2),
         "rows": len(scores),
         "scored": sum(s[schema.SCORE] is not None for s in scores),

@@ -138,6 +138,16 @@ class _EngineHost:
     def score(self, prompts: list[str], mode: ScoreMode) -> _Served:
         return self._timed(self._engine.score, prompts, mode=mode)
 
+    def yes_no(
+        self, prompts: list[str], arg: tuple[tuple[str, str], ScoreMode]
+    ) -> _Served:
+        words, mode = arg
+        return self._timed(self._engine.yes_no, prompts, words=words, mode=mode)  # type: ignore[attr-defined]
+
+    def score_lines(self, prompts: list[str], arg: tuple[int, ScoreMode]) -> _Served:
+        count, mode = arg
+        return self._timed(self._engine.score_lines, prompts, count=count, mode=mode)  # type: ignore[attr-defined]
+
     def judge_items(self, items: list[JudgeItem], _: None) -> _Served:
         return self._timed(self._engine.judge_items, items)  # type: ignore[attr-defined]
 
@@ -308,6 +318,18 @@ class RemoteEngine:
     def score(self, prompts: Sequence[str], *, mode: ScoreMode) -> list[ScoreResult]:
         """Score on a host of the pool."""
         return list(self._call("score", prompts, mode))
+
+    def yes_no(
+        self, prompts: Sequence[str], *, words: tuple[str, str], mode: ScoreMode
+    ) -> list[ScoreResult]:
+        """P(yes) per prompt on a host of the pool (protocol ``checklist``)."""
+        return list(self._call("yes_no", prompts, (words, mode)))
+
+    def score_lines(
+        self, prompts: Sequence[str], *, count: int, mode: ScoreMode
+    ) -> list[list[ScoreResult]]:
+        """Scores one a line on a host of the pool (``all_dimensions``)."""
+        return list(self._call("score_lines", prompts, (count, mode)))
 
     def close(self) -> None:
         """The pool outlives its stages: nothing to release here."""

@@ -168,6 +168,21 @@ def _light(engine: Any) -> PoolConfig:
     )
 
 
+def _judge_pool(engine: Any, dimensions: int) -> PoolConfig:
+    """A judge stage's pool; under ``all_dimensions`` a batch holds whole answers.
+
+    One call serves every dimension row of an answer that its batch holds, so
+    the batch size is rounded up to a multiple of the dimensions (the rows of
+    an answer come one after the other): one call per answer, not two for an
+    answer cut in half.
+    """
+    pool = _light(engine)
+    if getattr(engine, "protocol", "score") != "all_dimensions" or dimensions < 2:
+        return pool
+    size = -(-pool.batch_size // dimensions) * dimensions
+    return pool.model_copy(update={"batch_size": size})
+
+
 def stage_graph(
     config: RunConfig, *, corpus_fp: str = "", documents_path: str = ""
 ) -> list[StageSpec]:
@@ -266,7 +281,7 @@ def stage_graph(
                     "judge": judge,
                     "engine": engine,
                     "rubrics": rubrics,
-                    "template": config.prompts.judge,
+                    "template": _judge_template(config, engine),
                 },
                 Inputs(
                     ANSWERS,
@@ -274,7 +289,7 @@ def stage_graph(
                     {"judge": judge, "fingerprints": fps, "dimensions": dims},
                     per_row=len(dims),
                 ),
-                _light(engine),
+                _judge_pool(engine, len(dims)),
                 engines=(engine,),
                 after=answer_stages,
                 owners=((f"judges.{judge}", engine),),
@@ -285,14 +300,24 @@ def stage_graph(
     return specs
 
 
+def _judge_template(config: RunConfig, engine: Any) -> str:
+    """The judge template of the engine's protocol (CUBE_METHOD.md section 14)."""
+    return config.prompts.judge_template(getattr(engine, "protocol", "score"))
+
+
 def _judge_fingerprints(config: RunConfig, engine: Any) -> dict[str, str]:
-    """Dimension -> hash of (judge engine, judge template, rubric).
+    """Dimension -> hash of (judge engine, its protocol's template, rubric).
 
     The same for a judge's scores of the answers and of the faulted answers.
+    Under ``all_dimensions`` a dimension's score depends on every rubric (one
+    prompt holds them all), so each dimension's hash covers all of them.
     """
     rubrics = config.rubrics()
     efp = engine_fingerprint(engine)
-    tpl = template_text(config.prompts.judge)
+    tpl = template_text(_judge_template(config, engine))
+    if getattr(engine, "protocol", "score") == "all_dimensions":
+        every = "\x00".join(f"{d}\x00{r}" for d, r in rubrics.items())
+        return {d: stable_hash(efp, tpl, every) for d in rubrics}
     return {d: stable_hash(efp, tpl, r) for d, r in rubrics.items()}
 
 
@@ -337,7 +362,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                     "judge": judge,
                     "engine": engine,
                     "rubrics": rubrics,
-                    "template": config.prompts.judge,
+                    "template": _judge_template(config, engine),
                 },
                 Inputs(
                     QUALIFICATION,
@@ -349,7 +374,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                     },
                     per_row=len(dims),
                 ),
-                _light(engine),
+                _judge_pool(engine, len(dims)),
                 engines=(engine,),
                 after=(QUALIFICATION,),
             )

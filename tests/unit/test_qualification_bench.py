@@ -164,3 +164,65 @@ def test_measures_option_gives_a_dimension_the_fact_check(
     for bad in ("relevance=bleu", "quality=facts", "relevance"):
         assert _run([*args, "--measures", bad])[0] == 2
         assert "--measures" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("protocol", "baseline", "per_answer"),
+    [
+        ("checklist", "none", 10),  # relevance and completeness: five items each
+        ("all_dimensions", "none", 1),
+        ("score", "none", 2),
+    ],
+)
+def test_protocol_option_judges_the_embedded_judge_under_it(
+    tmp_path: Path, protocol: str, baseline: str, per_answer: int
+) -> None:
+    from cube_ray.engines.fake import FakeEngine
+
+    config, _, template, _ = bench.judge_setup("embedded", None, protocol=protocol)
+    assert config.protocol == protocol
+    assert (
+        template
+        == {
+            "score": "zh/judge",
+            "checklist": "zh/judge_checklist",
+            "all_dimensions": "zh/judge_dimensions",
+        }[protocol]
+    )
+    engines: list[FakeEngine] = []
+
+    def factory(config: Any) -> FakeEngine:
+        engines.append(FakeEngine("qwen", seed=1))
+        return engines[-1]
+
+    out = tmp_path / "r.json"
+    argv = [*ARGS, "--judge", "embedded", "--protocol", protocol, "--out", str(out)]
+    assert bench.main([*argv, "--baseline", baseline], engine_factory=factory) == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    assert (res["protocol"], res["baseline"]) == (protocol, baseline)
+    answers = 6 + sum(res["built"].values())
+    assert res["scores"] == 2 * answers
+    assert engines[0].calls == per_answer * answers
+    assert set(res["qwen"]) >= {"number", "omission"}
+
+
+def test_checklist_baseline_asks_the_empty_answer_once_per_question(
+    tmp_path: Path,
+) -> None:
+    from cube_ray.engines.fake import FakeEngine
+
+    engines: list[FakeEngine] = []
+
+    def factory(config: Any) -> FakeEngine:
+        engines.append(FakeEngine("qwen", seed=1))
+        return engines[-1]
+
+    out = tmp_path / "r.json"
+    argv = [*ARGS, "--judge", "embedded", "--protocol", "checklist"]
+    argv += ["--baseline", "empty_answer", "--out", str(out)]
+    assert bench.main(argv, engine_factory=factory) == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    answers = 6 + sum(res["built"].values())
+    assert engines[0].calls == 10 * answers + 10 * 6
+    with pytest.raises(bench.SettingsMismatchError, match="--protocol"):
+        bench.judge_setup("reference", None, protocol="checklist")
