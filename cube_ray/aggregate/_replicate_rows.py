@@ -40,6 +40,7 @@ __all__ = [
     "decode",
     "k_of",
     "prepare",
+    "scored_by_judge",
     "scored_dimensions",
 ]
 
@@ -58,6 +59,23 @@ def scored_dimensions(
         return list(dimensions)
     column = scores.get_column(schema.DIMENSION).cast(pl.String)
     return [str(d) for d in column.unique(maintain_order=True).to_list()]
+
+
+def scored_by_judge(
+    scores: pl.DataFrame, dimensions: Sequence[str]
+) -> dict[str, list[str]]:
+    """Per judge, the ``dimensions`` it has score rows of (what equal weights weigh).
+
+    >>> scored_by_judge(pl.DataFrame({"judge": ["j", "k"], "dimension": ["a", "c"]}),
+    ...                 ["a", "b"])
+    {'j': ['a']}
+    """
+    by_judge = (
+        scores.filter(pl.col(schema.DIMENSION).cast(pl.String).is_in(list(dimensions)))
+        .group_by(pl.col(schema.JUDGE).cast(pl.String))
+        .agg(pl.col(schema.DIMENSION).cast(pl.String).unique())
+    )
+    return {str(j): [str(d) for d in ds] for j, ds in by_judge.iter_rows()}
 
 
 IntArray = npt.NDArray[np.int64]
@@ -276,14 +294,7 @@ def prepare(
         "bounds": Cells.of(bounds, n, [GROUP, schema.SCORE]),
         "answers": Cells.of(answer_rows, n, [SCODE, "hit"]),
     }
-    scored = None
-    if options.weights == "equal":
-        by_judge = (
-            s.filter(pl.col(schema.DIMENSION).is_in(dims))
-            .group_by(schema.JUDGE)
-            .agg(pl.col(schema.DIMENSION).unique())
-        )
-        scored = {str(j): [str(d) for d in ds] for j, ds in by_judge.iter_rows()}
+    scored = scored_by_judge(s, dims) if options.weights == "equal" else None
     return CodedTables(
         questions,
         judges,
