@@ -353,6 +353,12 @@ from cube_ray.aggregate._text import (
 from cube_ray.aggregate._text import (
     tokenize as tokenize,
 )
+from cube_ray.aggregate._weights import (
+    ResolvedWeights as ResolvedWeights,
+)
+from cube_ray.aggregate._weights import (
+    resolve_weights as resolve_weights,
+)
 from cube_ray.config import (
     AggregateOptions as AggregateOptions,
 )

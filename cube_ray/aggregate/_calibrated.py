@@ -33,7 +33,7 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores
+from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores, people_weights
 from cube_ray.aggregate._bootstrap import (
     CubeReplicates,
     FixedWeights,
@@ -41,6 +41,7 @@ from cube_ray.aggregate._bootstrap import (
     fixed_judge_mean,
 )
 from cube_ray.aggregate._calibrated_checks import check_ratings, people_separation
+from cube_ray.aggregate._frames import finite, strings
 from cube_ray.aggregate._model import (
     CalibratedAcross,
     CalibratedFigure,
@@ -54,19 +55,19 @@ from cube_ray.aggregate._ppi import (
     power_tuned_lambda,
     two_sample_jackknife,
 )
-from cube_ray.aggregate._replicate_rows import scored_dimensions
+from cube_ray.aggregate._replicate_rows import scored_by_judge, scored_dimensions
 from cube_ray.aggregate._resample import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Interval,
     IntervalMethod,
-    bca_interval,
     check_method,
+    interval_of,
     jackknife_indices,
-    percentile_interval,
     resample_indices,
     strata_positions,
 )
+from cube_ray.aggregate._weights import resolve_weights
 from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
@@ -129,17 +130,6 @@ def _resample(
     )
 
 
-def _interval(
-    values: FloatArray,
-    estimate: float,
-    jackknife: FloatArray | None,
-    confidence: float,
-) -> Interval:
-    if jackknife is None:
-        return percentile_interval(values, confidence)
-    return bca_interval(values, estimate, jackknife, confidence)
-
-
 _NO: Interval = (None, None)
 """No interval."""
 
@@ -148,8 +138,32 @@ def _figure(ci: Interval) -> FigureInterval:
     return FigureInterval.of(ci[0], ci[1])
 
 
-def _none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+def _fixed_weights(
+    options: AggregateOptions,
+    recorded: FixedWeights | None,
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    judges: list[str],
+    dimensions: list[str],
+) -> FixedWeights | None:
+    """The judges' fixed weights (recorded, else the setting's) and the people's.
+
+    None for Pearson weights, computed on every replicate.
+    """
+    systems = strings(answers.get_column(schema.SYSTEM).unique())
+    people = people_weights(options.weights, dimensions, systems)
+    if people is None:
+        return None
+    if recorded is None:
+        table = resolve_weights(
+            options.weights,
+            judges,
+            dimensions,
+            scored=scored_by_judge(scores, dimensions),
+        ).fixed
+        assert table is not None
+        recorded = {j: {s: table[j] for s in systems} for j in judges}
+    return {**recorded, **people}
 
 
 def calibrate(
@@ -238,16 +252,7 @@ def calibrate(
         pl.col(schema.SCORE).cast(pl.Float64),
     )
     combined = pl.concat([keyed, human])
-    fixed = dict(fixed_weights) if fixed_weights is not None else None
-    if fixed is not None and isinstance(options.weights, Mapping):
-        flat = {
-            d: float(w)
-            for d, w in options.weights.items()
-            if isinstance(w, int | float)
-        }
-        if flat:
-            systems_all = answers.get_column(schema.SYSTEM).cast(pl.String).unique()
-            fixed[HUMAN_JUDGE] = {s: dict(flat) for s in systems_all.to_list()}
+    fixed = _fixed_weights(options, fixed_weights, answers, keyed, judge_names, dims)
     kwargs = {
         "options": options,
         "fixed_weights": fixed,
@@ -330,18 +335,20 @@ def calibrate(
             jack = two_sample_jackknife(*parts)
         # No interval around a figure that is undefined on the sample as drawn
         # (e.g. people's bounds not apart): replicates alone would give one.
-        ci = (
-            _interval(theta_b, theta, jack, confidence) if math.isfinite(theta) else _NO
-        )
-        human_ci = _interval(hb, hp, jack_h, confidence) if math.isfinite(hp) else _NO
+        ci = _NO
+        if math.isfinite(theta):
+            ci = interval_of(theta_b, theta, jack, method=method, confidence=confidence)
+        human_ci = _NO
+        if math.isfinite(hp):
+            human_ci = interval_of(hb, hp, jack_h, method=method, confidence=confidence)
         gain = effective_gain(human_ci, ci)
         return CalibratedFigure.model_validate(
             {
-                "cube": _none(theta),
+                "cube": finite(theta),
                 "interval": _figure(ci),
                 "n_labeled": int(pos_l.size),
                 "lambda": lam,
-                "human_only": _none(hp),
+                "human_only": finite(hp),
                 "human_only_interval": _figure(human_ci),
                 "judge_cube": judge_cube,
                 "gain": gain,
@@ -384,7 +391,7 @@ def calibrate(
                 jc = judge_cubes.get(judge, {}).get(system)
             else:
                 assert all_pt is not None
-                jc = _none(float(all_pt.cube[all_pt.judges.index(judge), si, 0]))
+                jc = finite(float(all_pt.cube[all_pt.judges.index(judge), si, 0]))
             calibrated.setdefault(judge, {})[system] = estimate(h, jl, ju, jc)
         # The jury: the headline's mean over its judges is the predictor.
         used = [j for j in lab.judges if j != HUMAN_JUDGE]
@@ -413,7 +420,7 @@ def calibrate(
             jury = jury_cubes.get(system)
         else:
             assert all_pt is not None
-            jury = _none(float(all_pt.cube_mean[si, 0]))
+            jury = finite(float(all_pt.cube_mean[si, 0]))
         fig = estimate(h, jl, ju, jury)
         across[system] = CalibratedAcross(**fig.model_dump(), judges=chosen)
 

@@ -24,7 +24,7 @@ from cube_ray.aggregate._bootstrap import (
     FloatArray,
     evaluate_replicates,
 )
-from cube_ray.aggregate._frames import CUBE
+from cube_ray.aggregate._frames import CUBE, finite
 from cube_ray.aggregate._model import FigureInterval, Intervals, Summary, SystemInterval
 from cube_ray.aggregate._paired import Replicates, compare_systems
 from cube_ray.aggregate._resample import (
@@ -224,7 +224,7 @@ def _bootstrap(
                 for ji, judge in enumerate(rep.judges)
             },
             n_defined=int(np.isfinite(cube_b).sum()),
-            estimate=estimate if np.isfinite(estimate) else None,
+            estimate=finite(estimate),
         )
     return out, Replicates(rep, point, jack, jack_strata)
 

@@ -20,6 +20,7 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate._separation import MIN_NONZERO_PAIRS, wilcoxon_greater
+from cube_ray.aggregate._weights import resolve_weights
 
 __all__ = [
     "FAULT_KIND",
@@ -307,7 +308,8 @@ def fixed_weights(
 ) -> dict[str, dict[str, float]]:
     """Judge -> dimension -> weight of the qualification's weighted total.
 
-    The run's fixed weights (one map, or one per judge), rescaled to sum to 1;
+    The run's fixed weights (one map, or one per judge; read by
+    :func:`~cube_ray.aggregate._weights.resolve_weights`), rescaled to sum to 1;
     equal weights otherwise (``pearson`` weights belong to a system, and a
     faulted answer is none).
 
@@ -316,20 +318,11 @@ def fixed_weights(
     >>> fixed_weights({"a": 3, "b": 1}, ["j"], ["a", "b"])
     {'j': {'a': 0.75, 'b': 0.25}}
     """
-    out: dict[str, dict[str, float]] = {}
-    for j in judges:
-        raw: Mapping[str, Any] = {d: 1.0 for d in dimensions}
-        if not isinstance(spec, str):
-            inner = spec.get(j)
-            raw = inner if isinstance(inner, Mapping) else spec
-            raw = {
-                d: raw[d]
-                for d in dimensions
-                if not isinstance(raw.get(d), Mapping) and raw.get(d) is not None
-            }
-        total = float(sum(raw.values())) or 1.0
-        out[j] = {d: float(w) / total for d, w in raw.items()}
-    return out
+    resolved = resolve_weights(
+        "equal" if spec == "pearson" else spec, judges, dimensions
+    )
+    assert resolved.fixed is not None
+    return resolved.fixed
 
 
 def qualify(
