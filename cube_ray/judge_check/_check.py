@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.aggregate import fault_misses
+from cube_ray.aggregate import false_alarms, fault_misses
 from cube_ray.config import RunConfig
 from cube_ray.engines.base import BorrowedEngine
 from cube_ray.engines.identity import engine_identity
@@ -118,6 +118,9 @@ def _check_one(
         expected = {d.name: d.expected_faults() for d in config.dimensions}
         result["misses"] = [
             (kind, fig) for _, kind, fig in fault_misses({name: block}, expected)
+        ]
+        result["false_alarms"] = [
+            (kind, fig) for _, kind, fig in false_alarms({name: block})
         ]
     _verdict(result)
     result["ok"] = not result["failures"]
