@@ -343,8 +343,9 @@ def _units(text: str) -> list[tuple[int, int]]:
         start = line.start()
         ends = [m.end() for m in SENTENCE_END.finditer(text, line.start(), line.end())]
         for end in [*ends, line.end()]:
-            if end > start and text[start:end].strip():
-                out.append((start, end))
+            piece = text[start:end]
+            if end > start and piece.strip():
+                out.append((start + len(piece) - len(piece.lstrip()), end))
             start = end
     merged = []
     for a, b in out:  # trailing whitespace and the newline belong to the unit
