@@ -264,3 +264,135 @@ def test_blind_judge_is_detected_on_at_most_alpha_of_the_kinds(
         detected += over["detected"]
     assert tests >= 60
     assert detected / tests <= bench.ALPHA, (detected, tests)
+
+
+# --- the summary, the report and the console show the certificate ----------------
+
+
+def _summary() -> object:
+    import polars as pl
+
+    from cube_ray import schema
+    from cube_ray.aggregate import AggregateOptions, QualificationInput, summarize
+
+    qids = [f"q{i}" for i in range(8)]
+    answers = pl.DataFrame(
+        {
+            schema.QUESTION_ID: qids * 3,
+            schema.SYSTEM: ["zero"] * 8 + ["full"] * 8 + ["rag"] * 8,
+            schema.RANK: [None] * 16 + [1] * 8,
+        },
+        schema_overrides={schema.RANK: pl.Int32},
+    )
+    cols = [
+        schema.QUESTION_ID,
+        schema.SYSTEM,
+        schema.JUDGE,
+        schema.DIMENSION,
+        schema.SCORE,
+        schema.STATUS,
+    ]
+    bound = {"zero": 1.0, "full": 8.0, "rag": 6.0}
+    scores = pl.DataFrame(
+        [
+            (q, s, j, "relevance", v + (i % 2), "ok")
+            for j in ("sees", "any")
+            for i, q in enumerate(qids)
+            for s, v in bound.items()
+        ],
+        schema=cols,
+        orient="row",
+    )
+    # "sees" drops 3 after the fault only; "any" drops 3 after any edit.
+    edited = {"sees": {"number": 5.0, "number:control": 8.0}, "any": {"number": 5.0}}
+    edited["any"]["number:control"] = 5.0
+    qscores = pl.DataFrame(
+        [
+            (q, kind, j, "relevance", v + (i % 2), "ok")
+            for j, per in edited.items()
+            for i, q in enumerate(qids)
+            for kind, v in per.items()
+        ],
+        schema=cols,
+        orient="row",
+    )
+    faults = pl.DataFrame(
+        {
+            schema.QUESTION_ID: qids * 2 + ["q8", "q8"],
+            "kind": ["number"] * 8
+            + ["number:control"] * 8
+            + ["number", "number:control"],
+            schema.STATUS: ["ok"] * 16 + ["no_control", "skipped"],
+        }
+    )
+    return summarize(
+        answers,
+        scores,
+        options=AggregateOptions(weights="equal"),
+        qualification=QualificationInput(
+            faults=faults,
+            scores=qscores,
+            expected={"relevance": ["number"]},
+            min_drop=0.5,
+        ),
+    )
+
+
+def test_summary_certificate_flags_report_and_console() -> None:
+    from cube_ray.aggregate import Summary
+    from cube_ray.commands.judges import _fault_table
+    from cube_ray.report._data import RunData
+    from cube_ray.report._qualification import qualification_section
+    from cube_ray.report._render import render_markdown
+
+    summary = _summary()
+    assert isinstance(summary, Summary)
+    sees = summary.judges["sees"].qualification
+    assert sees is not None
+    t = sees["number"]["weighted"]
+    assert (t.n, t.skipped, t.no_control) == (8, 1, 1)
+    assert (t.drop, t.control_drop, t.net_drop) == (3.0, 0.0, 3.0)
+    assert t.detected is True
+    assert t.false_alarm is False
+    assert t.net_drop_interval is not None
+    assert t.net_drop_interval.low == t.net_drop_interval.high == 3.0
+    anyone = summary.judges["any"].qualification
+    assert anyone is not None
+    a = anyone["number"]["relevance"]
+    assert (a.drop, a.control_drop, a.net_drop) == (3.0, 3.0, 0.0)
+    assert a.detected is False
+    assert a.false_alarm is True
+    flags = {(f.judge, f.flag) for f in summary.flags}
+    assert ("any", "punishes harmless edits: number control on relevance") in flags
+    assert ("any", "misses faults: number on relevance") in flags
+    assert not any(j == "sees" and "number" in f for j, f in flags)
+    # The JSON reads back (the same model, the same figures).
+    again = Summary.from_json(summary.model_dump(mode="json"))
+    assert again.judges["any"].qualification == anyone
+
+    section = qualification_section(RunData(run_dir=Path("run"), summary=summary))
+    assert section is not None
+    text = render_markdown(title="t", meta=[], sections=[section], footer="")
+    assert "sees: certificate on the weighted total" in text
+    assert "+3.00 [3.00, 3.00]" in text
+    assert "any punishes harmless edits (the controls of number)" in text
+    assert "any does not notice a changed number" in text
+
+    block = summary.model_dump(mode="json")["judges"]["any"]["qualification"]
+    printed = "\n".join(_fault_table(block))
+    assert "+0.00/1 !" in printed
+    assert (
+        "number           n   8  net drop +0.00 [+0.00, +0.00]  not detected" in printed
+    )
+    assert "false alarms: relevance, weighted" in printed
+
+
+def test_a_summary_written_before_controls_still_reads() -> None:
+    from cube_ray.aggregate import Qualification
+
+    old = Qualification.model_validate(
+        {"n": 8, "skipped": 0, "drop": 3.0, "p_value": 0.004, "detected": True}
+    )
+    assert old.net_drop is None
+    assert old.false_alarm is None
+    assert old.net_drop_interval is None
