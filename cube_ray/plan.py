@@ -185,7 +185,8 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
             calls = n_answers * len(rubrics)
             if spec.table == QUALIFICATION_SCORES and config.qualification:
                 q = config.qualification
-                n_faults = min(q.questions, n_q) * len(q.kinds)
+                # Each fault and its control (CUBE_METHOD.md section 12).
+                n_faults = min(q.questions, n_q) * len(q.kinds) * 2
                 calls = n_faults * len(rubrics)
                 if engine.backend != "reference":
                     per = (

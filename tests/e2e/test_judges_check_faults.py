@@ -120,6 +120,8 @@ def test_faults_table_per_judge_and_exit_1_on_a_missed_kind(
     assert code == EXIT_JUDGE_FAILED
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["sample"]["fault_kinds"] == KINDS
+    # Every fault judged has its control.
+    assert data["sample"]["controls"] == data["sample"]["faulted_answers"] >= 12
 
     # Any edit marked down: the faults' drops equal the controls' (false
     # alarms), so nothing is detected net of the controls.
