@@ -209,6 +209,16 @@ def test_four_stub_judges_certificates_net_of_controls(
     def weighted(judge: str, kind: str) -> dict[str, object]:
         return blocks[judge][kind]["weighted"]  # type: ignore[no-any-return]
 
+    for judge, block in blocks.items():  # shown with pytest -s
+        for kind, per in block.items():
+            t = per["weighted"]
+            print(
+                f"{judge:9} {kind:12} n={t['n']:>2} no_control={t['no_control']:>2} "
+                f"drop={t['drop']} control={t['control_drop']} net={t['net_drop']} "
+                f"net_p={t['net_p']} detected={t['detected']} "
+                f"false_alarm={t['false_alarm']}"
+            )
+
     def tested(judge: str) -> list[str]:
         return [k for k in KINDS if int(weighted(judge, k)["n"]) >= 6]  # type: ignore[call-overload]
 
