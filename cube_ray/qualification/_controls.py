@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 from typing import Final
@@ -114,7 +115,10 @@ def negators(text: str) -> int:
 
 
 def _gold_values(gold: GoldDocument, text: str) -> set[str]:
-    return {v for _, v in _entity_values(gold) if v in text}
+    """The gold field values ``text`` names (widths folded: ２０２１ is 2021)."""
+    folded = unicodedata.normalize("NFKC", text)
+    values = (unicodedata.normalize("NFKC", v) for _, v in _entity_values(gold))
+    return {v for v in values if v in folded}
 
 
 def keeps_facts(
@@ -189,7 +193,8 @@ def _number_forms(text: str, token: NumberToken) -> list[str]:
     elif token.sort != "phone" and re.fullmatch(r"[\d,]+", half):
         n = int(half.replace(",", ""))
         unit_after = _ZH_UNIT_AFTER.match(text, token.end) is not None
-        if zh and unit_after and not full_width and 0 < n < 10**8:
+        # A year is read digit by digit (二〇二一年): only its width changes.
+        if zh and unit_after and not full_width and token.sort != "year" and n < 10**8:
             out.append(int_to_chinese(n).replace("二千", "两千"))
         if token.sort != "year" and n >= 1000 and not half.startswith("0"):
             out.append(half.replace(",", "") if "," in half else f"{n:,}")
