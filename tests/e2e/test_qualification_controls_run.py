@@ -88,6 +88,18 @@ def _noise(prompt: str) -> str:
 MODELS = ("extractive", "digits", "length", "any-edit", "noise")
 
 
+def _reply(text: str) -> bytes:
+    """An OpenAI chat completion whose message is ``text``."""
+    return json.dumps(
+        {
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}}
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1},
+        }
+    ).encode()
+
+
 class _JuryHandler(_Handler):
     def _send(self, payload: bytes) -> None:
         self.send_response(200)
@@ -103,24 +115,16 @@ class _JuryHandler(_Handler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         prompt = "\n".join(str(m["content"]) for m in body["messages"])
+        if _DOCUMENT.search(prompt) is None and "<reference" not in prompt:
+            self._send(_reply("5"))  # the preflight's probe request
+            return
         reply = {
             "digits": _digits,
             "length": _length,
             "any-edit": _any_edit,
             "noise": _noise,
         }.get(body["model"], _extractive)
-        payload = json.dumps(
-            {
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": reply(prompt)},
-                    }
-                ],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 1},
-            }
-        ).encode()
-        self._send(payload)
+        self._send(_reply(reply(prompt)))
 
 
 @pytest.fixture
