@@ -11,8 +11,8 @@ the package's 120-record sample when shared/ is absent), with the fields of
    place, phone; no generator, so the run is exactly repeatable) and a
    question ("如何办理<item>？需要哪些材料，多久办结？");
 2. one faulted copy per kind (``number``, ``entity``, ``negation``,
-   ``omission``, ``unsupported``), the other sampled documents as donors;
-   the count built per kind;
+   ``omission``, ``unsupported``), the other sampled documents as donors,
+   and its control (``<kind>:control``); the count of pairs built per kind;
 3. the judge scores the originals and the faulted copies through the real
    ``JudgeStage`` (the code path of a run):
 
@@ -36,9 +36,12 @@ the package's 120-record sample when shared/ is absent), with the fields of
    one call per answer) and ``--baseline empty_answer`` the checklist's
    reading against an empty answer (the reference judge has no protocol);
 4. per kind and dimension and for the equal-weighted total: drop = mean of
-   score(original) - score(faulted), the one-sided Wilcoxon p, detected =
-   drop >= 0.5 and p < 0.05 (``cube_ray.aggregate.fault_detection``), and
-   which expected kinds (``dimensions[].detects`` defaults) it misses.
+   score(original) - score(faulted), the control's drop (a harmless edit of
+   the same answer that keeps every fact), the net drop (their difference)
+   with their one-sided Wilcoxon p and 95 % intervals, detected = net drop
+   >= 0.5 and p < 0.05, false alarm = control drop >= 0.5 and p < 0.05
+   (``cube_ray.aggregate.fault_detection``), and which expected kinds
+   (``dimensions[].detects`` defaults) it misses.
 
 Record by record, so a slow judge can be cut short and resumed: with
 ``--work DIR`` each record's scores are appended to ``DIR/scores.jsonl``
@@ -292,7 +295,12 @@ def _run(
     import pyarrow as pa
 
     from cube_ray import schema
-    from cube_ray.aggregate import fault_detection, fault_misses, qualification_block
+    from cube_ray.aggregate import (
+        false_alarms,
+        fault_detection,
+        fault_misses,
+        qualification_block,
+    )
     from cube_ray.aggregate._qualification import fixed_weights
     from cube_ray.config import DEFAULT_DETECTS
     from cube_ray.corpus import stable_hash
@@ -335,6 +343,7 @@ def _run(
     items = [(g.doc_id, g.doc_id, answers[g.doc_id], g) for g in gold]
     rows = fault_rows(items, donors=gold, kinds=KINDS, seed=args.seed)
     timings["build faults"] = time.perf_counter() - t0
+    # A fault counts as built when its control was built too (the pair).
     built = {
         k: sum(r["kind"] == k and r["status"] == "ok" for r in rows) for k in KINDS
     }
@@ -452,9 +461,19 @@ def _run(
             kinds=KINDS,
             figures=[*dims, "weighted"],
             skipped={k: len(qids) - built_done[k] for k in KINDS},
+            no_control={
+                k: sum(
+                    r["kind"] == k
+                    and r["status"] == "no_control"
+                    and r["question_id"] in done
+                    for r in rows
+                )
+                for k in KINDS
+            },
         )
         expected = {d: list(DEFAULT_DETECTS[d]) for d in dims}
         misses = fault_misses(block, expected)
+        alarms = false_alarms(block)
         # Too few pairs for the Wilcoxon test (a run cut short): not a miss.
         untested = fault_misses(block, expected, untested=True)
         calls: dict[str, dict[str, float]] = {}
@@ -506,6 +525,7 @@ def _run(
             "scored": scored,
             name: block[name],
             "misses": [f"{k} on {f}" for _, k, f in misses],
+            "false_alarms": [f"{k} control on {f}" for _, k, f in alarms],
             "untested": [f"{k} on {f}" for _, k, f in untested],
             "scores": len(original) + len(faulted),
             "statuses": statuses,
@@ -770,22 +790,26 @@ def count_tokens(prompts: Sequence[Sequence[str]], *, first: int) -> dict[str, A
 
 
 def markdown(res: dict[str, Any], name: str, dims: Sequence[str]) -> str:
-    """The kinds x dimensions table of a result: drop, p, detected."""
+    """The kinds x dimensions table of a result: net drop, p, detected, alarms."""
     measures = res.get("measures") or {}
     heads = [f"{d} ({measures[d]})" if d in measures else d for d in dims]
     lines = [
-        "| kind | built | " + " | ".join(heads) + " | weighted |",
+        "| kind | pairs | " + " | ".join(heads) + " | weighted |",
         "|---|---:|" + "---|" * (len(dims) + 1),
     ]
     for kind, per_fig in res[name].items():
         cells = []
         for fig in [*dims, "weighted"]:
             t = per_fig[fig]
-            if t["drop"] is None:
+            if t["net_drop"] is None:
                 cells.append("—")
                 continue
             mark = "**detected**" if t["detected"] else "missed"
-            cells.append(f"{t['drop']:+.2f}, p = {t['p_value']:.2g}, {mark}")
+            alarm = ", false alarm" if t["false_alarm"] else ""
+            cells.append(
+                f"net {t['net_drop']:+.2f} (drop {t['drop']:+.2f}, control "
+                f"{t['control_drop']:+.2f}), p = {t['net_p']:.2g}, {mark}{alarm}"
+            )
         built = f"{res['built_on_done'][kind]}/{res['records_done']}"
         lines.append(f"| {kind} | {built} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

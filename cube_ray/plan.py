@@ -200,7 +200,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
                 n = n_answers
                 if spec.table == QUALIFICATION_SCORES and config.qualification:
                     q = config.qualification
-                    n = min(q.questions, n_q) * len(q.kinds)
+                    n = min(q.questions, n_q) * len(q.kinds) * 2  # and controls
                 rows.append(
                     PlanRow(spec.label, "reference (no LLM)", n * len(rubrics), 0)
                 )
@@ -209,7 +209,8 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
             if spec.table == QUALIFICATION_SCORES and config.qualification:
                 q = config.qualification
                 asked = min(q.questions, n_q)
-                n_faults = asked * len(q.kinds)
+                # Each fault and its control (CUBE_METHOD.md section 12).
+                n_faults = asked * len(q.kinds) * 2
                 per_question = int(mean_doc) + q_tokens // max(n_q, 1)
                 material = n_faults * (per_question + answer_len)
                 cost = judge_cost(

@@ -258,6 +258,9 @@ from cube_ray.aggregate._paired_runs import (
     compare_runs as compare_runs,
 )
 from cube_ray.aggregate._qualification import (
+    FALSE_ALARM as FALSE_ALARM,
+)
+from cube_ray.aggregate._qualification import (
     MISSES_FAULTS as MISSES_FAULTS,
 )
 from cube_ray.aggregate._qualification import (
@@ -265,6 +268,9 @@ from cube_ray.aggregate._qualification import (
 )
 from cube_ray.aggregate._qualification import (
     QualificationInput as QualificationInput,
+)
+from cube_ray.aggregate._qualification import (
+    false_alarms as false_alarms,
 )
 from cube_ray.aggregate._qualification import (
     fault_detection as fault_detection,

@@ -67,7 +67,11 @@ TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
 QUALIFICATION: Final = "qualification"
 """The faulted answers (CUBE_METHOD.md section 12; config ``qualification``)."""
 QUALIFICATION_SCORES: Final = "qualification_scores"
-"""The judges' scores of the faulted answers (``system`` = the fault kind)."""
+"""The judges' scores of the faulted answers and their controls (``system`` =
+the fault kind, or ``<kind>:control``)."""
+CONTROLS: Final = "controls-1"
+"""Version of the fault rows' layout in the fault stage's fingerprint: each
+fault with its control (CUBE_METHOD.md section 12, "Controls")."""
 QUALIFICATION_TABLES = (QUALIFICATION, QUALIFICATION_SCORES)
 FAULTS: Final = "faults"
 """Source of the fault stage: the sampled full-bound answers."""
@@ -329,8 +333,10 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
     """
     qual = config.qualification
     assert qual is not None
+    # CONTROLS: the rows of a run written before controls are rebuilt.
     fault_fp = stable_hash(
-        json.dumps(qual.model_dump(mode="json", exclude={"min_drop"}), sort_keys=True)
+        json.dumps(qual.model_dump(mode="json", exclude={"min_drop"}), sort_keys=True),
+        CONTROLS,
     )
     pool = PoolConfig(min_size=1, max_size=1, num_cpus=0, batch_size=256)
     specs = [
@@ -343,7 +349,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                 FAULTS,
                 fault_inputs,
                 {"kinds": list(qual.kinds), "seed": qual.seed, "fingerprint": fault_fp},
-                per_row=len(qual.kinds),
+                per_row=2 * len(qual.kinds),  # each fault and its control
                 by_wave=False,
             ),
             pool,

@@ -68,9 +68,10 @@ def test_cut_short_run_reports_done_records_and_resumes_to_the_full_result(
     partial = json.loads((work / bench.RESULT).read_text(encoding="utf-8"))
     assert partial["records"] == 6
     assert partial["records_done"] == 2
-    # 4 dimensions x (the original + one copy per kind built on those 2 records)
+    # 4 dimensions x (the original + a faulted copy and its control per pair
+    # built on those 2 records)
     built_on_2 = sum(partial["built_on_done"].values())
-    assert judged == 4 * (2 + built_on_2)
+    assert judged == 4 * (2 + 2 * built_on_2)
     assert partial["scores"] == judged
     assert all(n <= 2 for n in partial["scored"].values())
     assert partial["reference"]["entity"]["relevance"]["n"] == 2
@@ -124,7 +125,7 @@ def test_dimensions_option_limits_the_table(tmp_path: Path) -> None:
     res = json.loads(out.read_text(encoding="utf-8"))
     assert res["dimensions"] == ["relevance"]
     assert set(res["reference"]["number"]) == {"relevance", "weighted"}
-    assert judged == res["scores"] == 6 + sum(res["built"].values())
+    assert judged == res["scores"] == 6 + 2 * sum(res["built"].values())
 
 
 def test_embedded_judge_is_the_demo_judge_with_the_chinese_prompt_set() -> None:
