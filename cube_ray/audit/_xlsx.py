@@ -11,8 +11,6 @@ workbook is written or read: without it the CSV alone is written.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 import unicodedata
 import warnings
 from collections.abc import Sequence
@@ -22,6 +20,7 @@ from typing import Any
 
 from cube_ray.audit._key import ROW
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic
 
 __all__ = [
     "EXTRA",
@@ -226,15 +225,7 @@ def write_xlsx(
     for letter, width in zip("ABC", (16, 40, 90), strict=True):
         notes.column_dimensions[letter].width = width
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            book.save(fh)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, book.save)
 
 
 def _put(sheet: Any, row: int, column: int, value: str) -> Any:

@@ -39,6 +39,7 @@ from cube_ray.console import console, quiet_console
 from cube_ray.corpus import with_prompt_language
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
+from cube_ray.files import check_run_dir_links, write_atomic
 from cube_ray.pipeline import heap
 from cube_ray.pipeline.driver import _Driver
 from cube_ray.pipeline.method import DOCUMENTS, QUALIFICATION_TABLES, TABLES
@@ -48,12 +49,12 @@ from cube_ray.pipeline.ownership import (
     read_manifest,
 )
 from cube_ray.pipeline.parts import (
-    _TMP_PREFIX,
     StageStats,
     _rows_in,
     part_files,
     set_aside_corrupt,
 )
+from cube_ray.pipeline.repair import repair_duplicate_keys
 from cube_ray.pipeline.summary import (
     _summarize_beside_driver,
     current_rows,
@@ -62,6 +63,7 @@ from cube_ray.pipeline.summary import (
 )
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
+from cube_ray.run_lock import run_dir_lock
 
 __all__ = [
     "RunOptions",
@@ -150,9 +152,9 @@ def _versions() -> dict[str, str]:
 
 
 def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    write_atomic(
+        path, json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n"
+    )
 
 
 def connect_ray(config: RunConfig, address: str | None = None) -> bool:
@@ -204,6 +206,14 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:
         options = dataclasses.replace(options, limit=config.corpus.limit)
+    # One run per run dir: the lock before the first write, to the end.
+    with run_dir_lock(options.run_dir, say=_say_run):
+        check_run_dir_links(options.run_dir)
+        return _run_locked(config, options)
+
+
+def _run_locked(config: RunConfig, options: RunOptions) -> RunResult:
+    """``run_pipeline`` once the run dir is this run's."""
     driver = _Driver(config, options)
     started = _utc()
     manifest = read_manifest(options.run_dir)
@@ -271,6 +281,8 @@ def _run_stages(
             early_log.replace(log_path)  # the open descriptors follow it
         # Resume: a part file that does not read is set aside and redone.
         set_aside_corrupt(run_dir, stamp=driver.state.stamp, say=_say_run)
+        # A dir two runs wrote at once (before the lock): one row per key.
+        repair_duplicate_keys(run_dir, say=_say_run)
         corpus_fp = driver.intake.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
