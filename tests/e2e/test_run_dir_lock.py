@@ -147,6 +147,7 @@ def test_second_run_is_refused_and_a_duplicated_dir_is_repaired(
     stuck = cube_ray("aggregate", run_dir)
     assert stuck.returncode == 2
     assert "duplicate rows" in stuck.stderr
+    assert "rerunning its `cube-ray run CONFIG --out RUN_DIR`" in stuck.stderr
     repaired = cube_ray(*run_args(cfg, run_dir, tmp_path / "c4.log"))
     assert repaired.returncode == 0, repaired.stderr[-3000:]
     said = repaired.stdout + repaired.stderr
