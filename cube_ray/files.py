@@ -102,10 +102,11 @@ def _umask() -> int:
 def check_run_dir_links(run_dir: str | Path) -> None:
     """Refuse a run dir one of whose folders is a symlink leading outside it.
 
-    Every entry of the run dir that is a symlink to a folder is resolved; one
-    whose target is not inside the run dir (``scores -> /etc``) would make
-    cube_ray write files elsewhere. A run dir that is itself a symlink (to a
-    larger disk) is fine: its folders are compared with where it leads.
+    Every entry of the run dir that is a symlink to a folder (or to nothing)
+    is resolved; one whose target is not inside the run dir
+    (``scores -> /etc``) would make cube_ray write files elsewhere. A run dir
+    that is itself a symlink (to a larger disk) is fine: its folders are
+    compared with where it leads.
 
     Raises:
         RunDirError: Naming the link, where it leads and the fix (exit 2).
@@ -118,8 +119,8 @@ def check_run_dir_links(run_dir: str | Path) -> None:
         if not entry.is_symlink():
             continue
         target = entry.resolve()
-        if not target.is_dir() or target == real or real in target.parents:
-            continue
+        if target.is_file() or target == real or real in target.parents:
+            continue  # a file is replaced when written, never written through
         msg = (
             f"run dir {str(root)!r}: {entry.name!r} is a symlink to "
             f"{str(target)!r}, outside the run dir; cube_ray would write files "

@@ -81,6 +81,12 @@ def test_symlinked_folder_leading_outside_is_refused(tmp_path: Path) -> None:
     text = str(info.value)
     assert f"'scores' is a symlink to {str(elsewhere)!r}, outside the run dir" in text
     assert "Fix: replace the link by a folder" in text
+    (run_dir / "scores").unlink()
+    (run_dir / "logs").symlink_to(tmp_path / "nowhere")  # dangling: refused too
+    with pytest.raises(RunDirError, match="'logs' is a symlink to"):
+        check_run_dir_links(run_dir)
+    (run_dir / "logs").unlink()
+    (run_dir / "scores").symlink_to(elsewhere)
     # A run dir that is itself a link (to a larger disk) is fine.
     (elsewhere / "scores").mkdir()
     (run_dir / "scores").unlink()
