@@ -34,19 +34,34 @@ __all__ = [
 ]
 
 
-def _endpoints(config: RunConfig) -> list[tuple[str, str, str, str | None]]:
-    """(config path, base URL, model, API key variable) of each HTTP model."""
-    out = []
+_Endpoint = tuple[str, str, str, str | None, float | None]
+"""(config path, base URL, model, key variable, timeout) of one HTTP model."""
+
+
+def _endpoints(config: RunConfig) -> list[_Endpoint]:
+    """Every HTTP model of the config (:data:`_Endpoint`).
+
+    The timeout is an engine's ``timeout_s`` (None for a system's endpoint).
+    """
+    out: list[_Endpoint] = []
     engines = [
         ("generator", config.generator),
         *((f"judges.{n}", e) for n, e in config.judges.items()),
     ]
     for where, engine in engines:
         if isinstance(engine, OpenAIHttpEngineConfig):
-            out.append((where, engine.base_url, engine.model, engine.api_key_env))
+            out.append(
+                (
+                    where,
+                    engine.base_url,
+                    engine.model,
+                    engine.api_key_env,
+                    engine.timeout_s,
+                )
+            )
     for s in config.systems:
         out += [
-            (e.field, e.base_url, e.model, e.api_key_env)
+            (e.field, e.base_url, e.model, e.api_key_env, None)
             for e in system_kind(s).endpoints(s)
         ]
     return out
@@ -116,20 +131,21 @@ def _json(reply: BoundedReply, *, max_bytes: int) -> tuple[Any, str | None]:
 def check_endpoints(config: RunConfig, *, timeout_s: float = 10.0) -> None:
     """Every HTTP model endpoint lists its configured model at ``GET /models``.
 
-    Each request ends within ``timeout_s`` (reply included) and reads at most
-    :data:`MODELS_MAX_BYTES`.
+    Each request ends within ``timeout_s``, or the engine's own ``timeout_s``
+    when shorter (reply included), and reads at most :data:`MODELS_MAX_BYTES`.
 
     Raises:
         ClusterError: Naming the engine, the URL and what came back.
     """
     problems = []
-    for where, base, model, key_env in _endpoints(config):
+    for where, base, model, key_env, own in _endpoints(config):
         url = base.rstrip("/") + "/models"
+        limit = min(timeout_s, own) if own is not None else timeout_s
         body, error = _send(
-            "GET", url, key_env=key_env, timeout_s=timeout_s, max_bytes=MODELS_MAX_BYTES
+            "GET", url, key_env=key_env, timeout_s=limit, max_bytes=MODELS_MAX_BYTES
         )
         if error == PROBE_TIMED_OUT:
-            error = f"failed (no complete reply within {timeout_s:g} s)"
+            error = f"failed (no complete reply within {limit:g} s)"
         elif error is not None and not error.startswith(("answered", "replied")):
             error = f"failed ({error})"
         if error is not None:
