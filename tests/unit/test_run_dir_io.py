@@ -284,3 +284,29 @@ def test_no_duplicates_reads_no_more_than_the_keys(tmp_path: Path) -> None:
     assert repair_duplicate_keys(tmp_path, say=lambda _: None) == 0
     assert time.monotonic() - start < 5
     assert [f.stat().st_mtime_ns for f in part_files(answers)] == mtimes
+
+
+def test_report_on_a_full_disk_keeps_the_previous_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``report`` used to leave report.html at 0 bytes on a full disk."""
+    from cube_ray.report import _report, write_report
+    from tests.unit.test_report_worked import _worked_run
+
+    run = _worked_run(tmp_path / "run")
+    write_report(run, n_resamples=20)
+    before = (run / "report.html").read_bytes()
+    assert len(before) > 1000
+
+    def full_disk(path: Any, data: Any, **kw: Any) -> Path:
+        def half(fh: IO[Any]) -> None:
+            fh.write(data.encode()[:100])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return write_atomic(path, half, **kw)
+
+    monkeypatch.setattr(_report, "write_atomic", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_report(run, n_resamples=20)
+    assert (run / "report.html").read_bytes() == before
+    assert not list(run.glob(".tmp-*"))
