@@ -22,14 +22,13 @@ is rewritten, so a newer version's fields survive a resume by an older one.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic
 
 __all__ = ["MANIFEST", "MANIFEST_VERSION", "EngineRecord", "Manifest", "StageRecord"]
 
@@ -185,14 +184,4 @@ class Manifest(_Record):
         """
         target = Path(run_dir) / MANIFEST
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.to_json())
-            Path(tmp).replace(target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        return write_atomic(target, self.to_json())

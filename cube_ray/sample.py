@@ -34,6 +34,7 @@ from typing import Any
 
 import polars as pl
 
+from cube_ray.files import write_atomic
 from cube_ray.seeded import MISSING, doc_hash, stratum_key, unit_offset
 
 __all__ = [
@@ -248,7 +249,7 @@ class SampleState:
 def write_sample(folder: Path, order: pl.DataFrame, state: SampleState) -> None:
     """Write the order table and ``sample.json`` into a (new) folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    order.write_parquet(folder / _TABLE)
+    write_atomic(folder / _TABLE, order.write_parquet)
     meta = {
         "rule": state.rule,
         "size": state.size,
@@ -258,7 +259,7 @@ def write_sample(folder: Path, order: pl.DataFrame, state: SampleState) -> None:
         "sample": state.block,
     }
     text = json.dumps(meta, ensure_ascii=False, indent=2)
-    (folder / _META).write_text(text + "\n", encoding="utf-8")
+    write_atomic(folder / _META, text + "\n")
 
 
 def read_sample(run_dir: Path) -> SampleState | None:

@@ -18,8 +18,6 @@ example (``judges.<judge>.cube.<system>``, ``across_judges.<system>.<figure>``
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -514,19 +512,9 @@ class Summary(_Model):
 
     def write(self, path: str | Path) -> Path:
         """Write ``summary.json`` atomically (a reader never sees half a file)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.to_json())
-            Path(tmp).replace(target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        from cube_ray.files import write_atomic
+
+        return write_atomic(path, self.to_json())
 
     @classmethod
     def from_json(cls, data: Any, *, path: str | Path | None = None) -> Summary:

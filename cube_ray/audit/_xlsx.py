@@ -19,8 +19,6 @@ differ from the CSV's.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 import unicodedata
 import warnings
 from collections.abc import Sequence
@@ -30,6 +28,7 @@ from typing import Any
 
 from cube_ray.audit._key import ROW
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic
 
 __all__ = [
     "CONTINUED",
@@ -404,15 +403,7 @@ def write_xlsx(
                 r += 1
         _print_setup(more, title_rows="1:1")
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            book.save(fh)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, book.save)
 
 
 def _print_setup(sheet: Any, *, title_rows: str | None) -> None:

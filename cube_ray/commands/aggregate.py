@@ -261,7 +261,14 @@ def run(args: argparse.Namespace) -> int:
         parser.error("give either RUN_DIR or --answers and --scores, not both")
     if not args.run_dir and not (args.answers and args.scores):
         parser.error("give RUN_DIR, or both --answers PATH and --scores PATH")
+    from cube_ray.run_lock import writing_into
 
+    # The run dir's lock: no run writes its tables while they are summarised.
+    with writing_into(args.run_dir):
+        return _aggregate(args)
+
+
+def _aggregate(args: argparse.Namespace) -> int:
     from cube_ray.aggregate import WeightsError, summarize, with_intervals
     from cube_ray.errors import ConfigError, InputError
     from cube_ray.tables import read_answers, read_scores

@@ -226,7 +226,9 @@ def _run_check(args: argparse.Namespace) -> int:
     results["config"] = str(args.config)
     print(format_results(results), flush=True)
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        from cube_ray.files import write_atomic
+
+        write_atomic(
+            args.json, json.dumps(results, ensure_ascii=False, indent=1) + "\n"
         )
     return 0 if results["ok"] else EXIT_JUDGE_FAILED

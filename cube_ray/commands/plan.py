@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_sample_plan(plan, half_width=args.half_width))
     if args.json:
         path = Path(args.json)
-        path.write_text(json.dumps(plan, indent=2, ensure_ascii=False) + "\n")
+        from cube_ray.files import write_atomic
+
+        write_atomic(path, json.dumps(plan, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {path}")
     return 0

@@ -45,6 +45,7 @@ ALLOWED_CHANGES: tuple[str, ...] = (
     "data_dirs",
     "allow_fake_engines",
     "allow_remote_code",
+    "allow_env",
     "allow_outside_paths",
     "corpus.limit",
     "sample.size",

@@ -38,6 +38,7 @@ from cube_ray.console import console, quiet_console
 from cube_ray.corpus import with_prompt_language
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
+from cube_ray.files import check_run_dir_links
 from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.pipeline import heap
 from cube_ray.pipeline.driver import _Driver
@@ -49,6 +50,7 @@ from cube_ray.pipeline.parts import (
     part_files,
     set_aside_corrupt,
 )
+from cube_ray.pipeline.repair import repair_duplicate_keys
 from cube_ray.pipeline.state import RunOptions
 from cube_ray.pipeline.summary import (
     _summarize_beside_driver,
@@ -58,6 +60,7 @@ from cube_ray.pipeline.summary import (
 )
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
+from cube_ray.run_lock import run_dir_lock
 
 __all__ = [
     "RunOptions",
@@ -155,6 +158,14 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:
         options = dataclasses.replace(options, limit=config.corpus.limit)
+    # One run per run dir: the lock before the first write, to the end.
+    with run_dir_lock(options.run_dir, say=_say_run):
+        check_run_dir_links(options.run_dir)
+        return _run_locked(config, options)
+
+
+def _run_locked(config: RunConfig, options: RunOptions) -> RunResult:
+    """``run_pipeline`` once the run dir is this run's."""
     driver = _Driver(config, options)
     started = _utc()
     previous = Manifest.read(options.run_dir)
@@ -222,6 +233,8 @@ def _run_stages(
             early_log.replace(log_path)  # the open descriptors follow it
         # Resume: a part file that does not read is set aside and redone.
         set_aside_corrupt(run_dir, stamp=driver.state.stamp, say=_say_run)
+        # A dir two runs wrote at once (before the lock): one row per key.
+        repair_duplicate_keys(run_dir, say=_say_run)
         corpus_fp = driver.intake.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.

@@ -22,6 +22,7 @@ from cube_ray.aggregate import (
     check_method,
     headline_intervals,
 )
+from cube_ray.files import write_atomic
 from cube_ray.report._calibrated import calibrated_lines, calibrated_section
 from cube_ray.report._cases import (
     agreement_section,
@@ -230,12 +231,14 @@ def write_report(
         tuple(compared_lines(run)),
         tuple(calibrated_lines(run.summary)),
     )
-    paths.html.write_text(
+    # Renamed into place: a full disk leaves the previous report, and a
+    # report.html that is a symlink is replaced, its target never written.
+    write_atomic(
+        paths.html,
         render_html(title=title, meta=meta, sections=sections, footer=footer),
-        encoding="utf-8",
     )
-    paths.markdown.write_text(
+    write_atomic(
+        paths.markdown,
         render_markdown(title=title, meta=meta, sections=sections, footer=footer),
-        encoding="utf-8",
     )
     return paths

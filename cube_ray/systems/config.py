@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cube_ray.credentials import literal_credential, literal_in_url
+from cube_ray.http_reply import check_http_url
 from cube_ray.systems.kinds import SystemConfigBase, kind_named, kind_names
 
 __all__ = [
@@ -93,6 +94,8 @@ class BuiltinRagSystemConfig(SystemConfigBase):
 
     @model_validator(mode="after")
     def _dense_needs_endpoint(self) -> BuiltinRagSystemConfig:
+        if self.embedding_url is not None:
+            check_http_url(self.embedding_url, field="embedding_url")
         where = literal_in_url(self.embedding_url or "")
         if where is not None:
             msg = (
@@ -163,6 +166,7 @@ class HttpSystemConfig(SystemConfigBase):
 
     @model_validator(mode="after")
     def _no_literal_credentials(self) -> HttpSystemConfig:
+        check_http_url(self.url, field=f"system {self.name!r}: url")
         for header, value in self.headers.items():
             if literal_credential(header, value):
                 example = (
