@@ -201,7 +201,7 @@ def test_protocol_option_judges_the_embedded_judge_under_it(
     assert bench.main([*argv, "--baseline", baseline], engine_factory=factory) == 0
     res = json.loads(out.read_text(encoding="utf-8"))
     assert (res["protocol"], res["baseline"]) == (protocol, baseline)
-    answers = 6 + sum(res["built"].values())
+    answers = 6 + 2 * sum(res["built"].values())  # originals, faults, controls
     assert res["scores"] == 2 * answers
     assert engines[0].calls == per_answer * answers
     assert set(res["qwen"]) >= {"number", "omission"}
@@ -223,7 +223,7 @@ def test_checklist_baseline_asks_the_empty_answer_once_per_question(
     argv += ["--baseline", "empty_answer", "--out", str(out)]
     assert bench.main(argv, engine_factory=factory) == 0
     res = json.loads(out.read_text(encoding="utf-8"))
-    answers = 6 + sum(res["built"].values())
+    answers = 6 + 2 * sum(res["built"].values())  # originals, faults, controls
     assert engines[0].calls == 10 * answers + 10 * 6
     with pytest.raises(bench.SettingsMismatchError, match="--protocol"):
         bench.judge_setup("reference", None, protocol="checklist")
