@@ -299,9 +299,9 @@ def _run(
         false_alarms,
         fault_detection,
         fault_misses,
+        fixed_weights,
         qualification_block,
     )
-    from cube_ray.aggregate._qualification import fixed_weights
     from cube_ray.config import DEFAULT_DETECTS
     from cube_ray.corpus import stable_hash
     from cube_ray.engines import build_engine

@@ -56,8 +56,8 @@ from cube_ray.qualification import (
     number_tokens,
     parse_fields,
     split_items,
+    strip_label,
 )
-from cube_ray.qualification._document import strip_label
 
 __all__ = [
     "NAME_ENDINGS",

@@ -216,7 +216,7 @@ def _empty(skipped: int, no_control: int) -> dict[str, Any]:
 
 def _counts(faults: pl.DataFrame) -> dict[str, tuple[int, int]]:
     """Fault kind -> (pairs not built, of which faults with no control)."""
-    from cube_ray.qualification._table import STATUS_NO_CONTROL
+    from cube_ray.qualification import STATUS_NO_CONTROL
 
     kind = pl.col(FAULT_KIND).cast(pl.String)
     status = pl.col(schema.STATUS).cast(pl.String)

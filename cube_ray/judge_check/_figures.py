@@ -51,10 +51,12 @@ def qualification(
     """
     import polars as pl
 
-    from cube_ray.aggregate import fault_detection, qualification_block
-    from cube_ray.aggregate._qualification import fixed_weights
-    from cube_ray.qualification import is_control
-    from cube_ray.qualification._table import STATUS_NO_CONTROL
+    from cube_ray.aggregate import (
+        fault_detection,
+        fixed_weights,
+        qualification_block,
+    )
+    from cube_ray.qualification import STATUS_NO_CONTROL, is_control
 
     cols = [
         schema.QUESTION_ID,

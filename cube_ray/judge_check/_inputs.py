@@ -110,8 +110,7 @@ def _fault_rows(config: RunConfig, rows: pa.Table) -> list[dict[str, Any]]:
     Every sampled document is a donor of the others' faults; kinds and seed
     come from the config's ``qualification`` section.
     """
-    from cube_ray.qualification import GoldDocument
-    from cube_ray.qualification._table import fault_rows
+    from cube_ray.qualification import GoldDocument, fault_rows
 
     qual = config.qualification
     if qual is None:

@@ -30,9 +30,11 @@ engine sharing and overlap.
 """
 
 from cube_ray.pipeline.data import FOOTER_ACTORS_ENV, READ_UNIT_ENV
-from cube_ray.pipeline.faults import StageInterrupted as _StageInterrupted
-from cube_ray.pipeline.faults import infra_reason as _infra_reason
-from cube_ray.pipeline.faults import is_infra_failure as _is_infra_failure
+from cube_ray.pipeline.faults import (
+    StageInterrupted as _StageInterrupted,
+    infra_reason as _infra_reason,
+    is_infra_failure as _is_infra_failure,
+)
 from cube_ray.pipeline.method import (
     ANSWERS,
     DOCUMENTS,

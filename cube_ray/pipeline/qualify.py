@@ -27,8 +27,7 @@ from cube_ray.pipeline.method import (
     QUESTIONS,
 )
 from cube_ray.pipeline.parts import part_files
-from cube_ray.qualification import control_kind, seeded_sample
-from cube_ray.qualification._table import FAULTED, KIND
+from cube_ray.qualification import FAULTED, KIND, control_kind, seeded_sample
 from cube_ray.stages import DOC_HASH
 from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE, SAMPLED
 

@@ -24,7 +24,12 @@ from cube_ray.qualification._controls import (
     make_control,
     negators,
 )
-from cube_ray.qualification._document import GoldDocument, parse_fields, split_items
+from cube_ray.qualification._document import (
+    GoldDocument,
+    parse_fields,
+    split_items,
+    strip_label,
+)
 from cube_ray.qualification._family import OWN_MODEL, model_key, own_model_flags
 from cube_ray.qualification._fault import Fault, FaultFn, Span, fault_rng
 from cube_ray.qualification._kinds import FAULT_KINDS, KINDS, FaultKind, make_fault
@@ -39,12 +44,23 @@ from cube_ray.qualification._numbers import (
 )
 from cube_ray.qualification._order import seeded_sample
 from cube_ray.qualification._swap import entity_fault, number_fault
+from cube_ray.qualification._table import (
+    FAULTED,
+    KIND,
+    QUALIFICATION_SCHEMA,
+    STATUS_NO_CONTROL,
+    fault_rows,
+)
 
 __all__ = [
     "CONTROL_SUFFIX",
+    "FAULTED",
     "FAULT_KINDS",
+    "KIND",
     "KINDS",
     "OWN_MODEL",
+    "QUALIFICATION_SCHEMA",
+    "STATUS_NO_CONTROL",
     "Fault",
     "FaultFn",
     "FaultKind",
@@ -57,6 +73,7 @@ __all__ = [
     "entity_fault",
     "fault_kind_of",
     "fault_rng",
+    "fault_rows",
     "int_to_chinese",
     "is_control",
     "keeps_facts",
@@ -75,5 +92,6 @@ __all__ = [
     "plausible_other",
     "seeded_sample",
     "split_items",
+    "strip_label",
     "unsupported_fault",
 ]

@@ -18,11 +18,11 @@ import pyarrow as pa
 
 from cube_ray import schema
 from cube_ray.corpus import stable_hash
-from cube_ray.qualification import GoldDocument
-from cube_ray.qualification._table import (
+from cube_ray.qualification import (
     FAULTED,
     KIND,
     QUALIFICATION_SCHEMA,
+    GoldDocument,
     fault_rows,
 )
 from cube_ray.stages._base import INPUT_HASH, Stage

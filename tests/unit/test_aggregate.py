@@ -21,9 +21,9 @@ from cube_ray.aggregate import (
     pearson_weights,
     rank_scores,
     recall_at_k,
+    summarize as _summarize,
     trimmed_means,
 )
-from cube_ray.aggregate import summarize as _summarize
 from cube_ray.errors import ConfigError, InputError
 
 WORKED = Path(__file__).resolve().parents[2] / "examples" / "worked"

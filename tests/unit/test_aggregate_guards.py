@@ -16,8 +16,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from cube_ray.aggregate import AggregateOptions
-from cube_ray.aggregate import summarize as _summarize
+from cube_ray.aggregate import AggregateOptions, summarize as _summarize
 
 N = 80
 DIMS = ("a", "b")

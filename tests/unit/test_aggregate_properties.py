@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 import polars as pl
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from scipy import stats
 
 from cube_ray.aggregate import COUNT, histogram, pearson, trimmed_means

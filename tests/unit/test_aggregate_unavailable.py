@@ -20,9 +20,9 @@ import pytest
 from cube_ray.aggregate import (
     AggregateOptions,
     incomplete_reasons,
+    summarize as summarize_typed,
     unavailable_sets,
 )
-from cube_ray.aggregate import summarize as summarize_typed
 from cube_ray.config import engine_fingerprint
 from cube_ray.engines.config import OpenAIHttpEngineConfig
 from cube_ray.errors import INCOMPLETE_EXIT_CODE, InputError

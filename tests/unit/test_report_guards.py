@@ -27,8 +27,8 @@ from cube_ray.aggregate import (
     bootstrap_cube,
     evaluate_replicates,
     fixed_judge_mean,
+    summarize as _summarize,
 )
-from cube_ray.aggregate import summarize as _summarize
 from cube_ray.cli import main
 from cube_ray.errors import InputError
 from cube_ray.report import NO_VERDICT, write_report

@@ -16,8 +16,13 @@ import pytest
 
 from cube_ray.config import RunConfig, read_paths
 from cube_ray.errors import ConfigError
-from cube_ray.systems import QuestionIn, SystemAnswer, SystemConfigBase, build_system
-from cube_ray.systems import kinds as kinds_module
+from cube_ray.systems import (
+    QuestionIn,
+    SystemAnswer,
+    SystemConfigBase,
+    build_system,
+    kinds as kinds_module,
+)
 from cube_ray.systems.kinds import SystemKind, register_system_kind, system_kind
 
 
