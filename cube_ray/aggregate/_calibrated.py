@@ -33,7 +33,7 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores
+from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores, rater_agreement
 from cube_ray.aggregate._bootstrap import (
     CubeReplicates,
     FixedWeights,
@@ -46,6 +46,7 @@ from cube_ray.aggregate._model import (
     CalibratedFigure,
     Calibration,
     FigureInterval,
+    RaterAgreement,
     Summary,
 )
 from cube_ray.aggregate._options import AggregateOptions
@@ -430,6 +431,10 @@ def calibrate(
         across_judges=across,
         people_separation=people_sep,
         reasons=reasons,
+        raters=[
+            RaterAgreement.model_validate(r)
+            for r in rater_agreement(ratings, dims).iter_rows(named=True)
+        ],
     )
     return CalibrationResult(calibrated, block)
 
