@@ -203,8 +203,9 @@ def clip_cell(text: str, *, limit: int = CELL_LIMIT) -> str:
 
 _SCORE = re.compile(r"-?[0-9]+(?:[.,][0-9]+)?")
 """A human score as written: ASCII digits, optionally a decimal point (or a
-decimal comma, Excel in de, fr, ru, ...) and more digits. A ``-`` is matched
-only to say that the number is outside 0-10. Exponents (``1e1``), digit
+decimal comma, Excel in de, fr, ru, ...) and more digits. A ``-`` is read on
+zero (``-0.0``, as programs write a rounded small negative) and otherwise only
+to say that the number is outside 0-10. Exponents (``1e1``), digit
 separators (``1_0``), a ``+`` sign and digits of other scripts (``７``, ``٧``)
 are not scores, though Python's ``float`` reads them all."""
 
@@ -237,6 +238,8 @@ def parse_score(cell: str) -> float | None:
     '+7' refused
     'nan' refused
     '7.' refused
+    >>> parse_score("-0.0"), parse_score("10")
+    (0.0, 10.0)
     >>> parse_score("11")
     Traceback (most recent call last):
     ...
@@ -251,8 +254,8 @@ def parse_score(cell: str) -> float | None:
             "digits and an optional decimal point (7, 7.5), or an empty cell"
         )
         raise ValueError(msg)
-    value = float(text.replace(",", "."))
-    if text.startswith("-") or not 0.0 <= value <= 10.0:
+    value = float(text.replace(",", ".")) + 0.0  # -0.0 is 0
+    if not 0.0 <= value <= 10.0:
         msg = f"{text} is outside 0-10; expected a score 0-10 or an empty cell"
         raise ValueError(msg)
     return value

@@ -55,6 +55,9 @@ MAX_ROWS = 100_000
 """Most rows a workbook's sheet may have (an audit sheet has one per answer)."""
 MAX_COLUMNS = 1_000
 """Most columns a sheet may use (an audit sheet has a dozen or two)."""
+MAX_CELLS = 2_000_000
+"""Most cells of the sheet's grid (last row x last column): the rows are read
+into memory as that grid, empty cells included."""
 _READ_CHUNK = 1 << 20
 _TAG = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(row|c|mergeCell)\b([^<>]{0,1024})>")
 """A row, cell or merged range's start tag in a sheet's XML (any prefix)."""
@@ -429,7 +432,7 @@ def _part_of(sheet: Any, parts: dict[str, _Part]) -> _Part:
 
 
 def _check_size(label: str, part: _Part) -> None:
-    """At most :data:`MAX_ROWS` rows and :data:`MAX_COLUMNS` columns."""
+    """At most :data:`MAX_ROWS` rows, :data:`MAX_COLUMNS` columns, :data:`MAX_CELLS`."""
     if part.rows > MAX_ROWS:
         msg = (
             f"the sheet has {part.rows:,} rows (its last row), more than the "
@@ -442,6 +445,14 @@ def _check_size(label: str, part: _Part) -> None:
             f"the sheet uses column {part.columns:,}, more than the "
             f"{MAX_COLUMNS:,} an audit sheet may have; delete the columns right "
             "of the scores, or import the sheet `cube-ray audit` wrote"
+        )
+        raise InputError(msg, path=label)
+    if part.rows * part.columns > MAX_CELLS:
+        msg = (
+            f"the sheet spans {part.rows:,} rows by {part.columns:,} columns, "
+            f"more than the {MAX_CELLS:,} cells an audit sheet may have; delete "
+            "the rows below the answers and the columns right of the scores, or "
+            "import the sheet `cube-ray audit` wrote"
         )
         raise InputError(msg, path=label)
 
