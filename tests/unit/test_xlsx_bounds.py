@@ -31,9 +31,10 @@ TAIL = b"</sheetData></worksheet>"
 
 def _with_sheet(source: Path, target: Path, chunks: list[bytes] | bytes) -> Path:
     """``source`` with its audit sheet's XML replaced by ``chunks``, deflated."""
-    with zipfile.ZipFile(source) as src, zipfile.ZipFile(
-        target, "w", zipfile.ZIP_DEFLATED
-    ) as dst:
+    with (
+        zipfile.ZipFile(source) as src,
+        zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as dst,
+    ):
         names = src.namelist()
         assert SHEET_PART in names
         for name in names:
@@ -90,7 +91,7 @@ def test_a_zip_whose_headers_lie_about_the_size_is_still_bounded(
     assert at > 0
     data[at : at + 8] = (1000).to_bytes(8, "little")
     bomb.write_bytes(bytes(data))
-    with pytest.raises(InputError, match="unpacks to more than 128 MB|not a readable"):
+    with pytest.raises(InputError, match=r"unpacks to more than 128 MB|not a readable"):
         import_sheet(bomb, run_dir=run)
 
 
