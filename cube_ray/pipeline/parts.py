@@ -363,8 +363,12 @@ def _write_part(
     out_dir.mkdir(parents=True, exist_ok=True)
     # A unique temporary name: two attempts of one task may overlap.
     tmp = out_dir / f"{_TMP_PREFIX}{uuid.uuid4().hex[:8]}-{name}"
-    pq.write_table(batch, tmp, write_page_checksum=True)
-    tmp.replace(out_dir / name)
+    try:
+        pq.write_table(batch, tmp, write_page_checksum=True)
+        tmp.replace(out_dir / name)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a file cut short (a full disk) is not kept
+        raise
     return pa.Table.from_pylist([_describe(name, batch, nodes)], schema=_WRITTEN)
 
 

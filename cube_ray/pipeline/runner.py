@@ -11,6 +11,7 @@ reaches the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cube_ray.console import console
@@ -62,6 +63,26 @@ class _Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def _doer(spec: StageSpec) -> str:
+    """Who does a stage's work, as a sentence names it (``judge j1``).
+
+    >>> from types import SimpleNamespace as S
+    >>> _doer(S(label="scores:j1", owners=(("judges.j1", None),)))
+    'judge j1'
+    >>> _doer(S(label="answers:bounds", owners=(("generator", None),)))
+    'generator'
+    >>> _doer(S(label="answers:rag", owners=(("systems[rag]", 1), ("generator", 2))))
+    'answers:rag (systems[rag], generator)'
+    """
+    if len(spec.owners) != 1:
+        names = ", ".join(path for path, _ in spec.owners)
+        return f"{spec.label} ({names})" if names else spec.label
+    path = spec.owners[0][0]
+    if path.startswith("judges."):
+        return f"judge {path.removeprefix('judges.')}"
+    return str(path)
 
 
 class StageRunner:
@@ -132,6 +153,9 @@ class StageRunner:
             written_at_failure = stats.written
             retries = self._state.config.ray.stage_retries
             if failures > retries or not faults.is_infra_failure(cause):
+                fault = faults.user_fault(cause)
+                if fault is not None:
+                    raise self._stopped(spec, stats, fault) from None
                 raise cause
             first_seq = failure.next_seq
             reason = faults.infra_reason(cause)
@@ -147,6 +171,40 @@ class StageRunner:
         # was counted; the next attempt skipped its rows: count them now.
         for stem in stems[:-1]:
             count_unseen(stats, self._state.table_dir(spec.table), stem, seen)
+
+    def _stopped(
+        self, spec: StageSpec, stats: StageStats, fault: faults.UserFault
+    ) -> CubeRayError:
+        """The sentence a stage stopped by a user-fixable error ends the run with.
+
+        Every part file written so far is complete and kept: the rerun skips
+        their rows.
+        """
+        state = self._state
+        options = state.options
+        rerun = (
+            f"cube-ray run {options.config_path or 'CONFIG'} --out {options.run_dir}"
+        )
+        kept = (
+            f"the {stats.written} rows this stage wrote before are kept, with "
+            "those of the stages before it"
+        )
+        if fault.kind == "disk_full":
+            folder = (
+                Path(fault.path).parent if fault.path else state.table_dir(spec.table)
+            )
+            msg = (
+                f"{spec.label}: the disk is full ({fault.message}) writing to "
+                f"{folder}. Nothing is lost: {kept}, and the file cut short was "
+                "not kept. Free space on that disk (or move the run dir to a "
+                f"larger one) and rerun `{rerun}` to resume from them"
+            )
+        else:
+            msg = (
+                f"{_doer(spec)}: {fault.message}. The run stopped; {kept}. Fix "
+                f"that and rerun `{rerun}` to go on from them"
+            )
+        return CubeRayError(msg)
 
     def _shown(self, label: str, first_seq: int) -> str:
         """A stage's name in messages: with its wave when there are waves."""
