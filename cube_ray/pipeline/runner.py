@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cube_ray.console import console
+from cube_ray.credentials import secret_names
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline import faults
 from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
@@ -100,6 +101,8 @@ class StageRunner:
         self._data = data
         self._compaction = compaction
         self._engines = engines
+        # Names only: each writer task reads the values from its environment.
+        self._secrets = tuple(secret_names(state.config.model_dump(mode="json")))
 
     def run_stage(
         self, spec: StageSpec, *, inputs: Dataset, expected: int, wave: int = 0
@@ -274,7 +277,12 @@ class StageRunner:
         bar = _Progress(state.progress, shown, expected - stats.skipped - stats.written)
         try:
             for info in self._data.write_parts(
-                out, table_dir, stem=stem, key=key, schema_=spec.out_schema
+                out,
+                table_dir,
+                stem=stem,
+                key=key,
+                schema_=spec.out_schema,
+                secrets=self._secrets,
             ):
                 if info["file"] not in seen:
                     seen[info["file"]] = info["rows"]
