@@ -29,6 +29,8 @@ from cube_ray.pipeline.parts import (
     count_unseen,
     part_files,
 )
+from cube_ray.pipeline.stall import StallWatch, stall_message
+from cube_ray.preflight._resources import engine_pool_cpus
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -209,6 +211,37 @@ class StageRunner:
             )
         return CubeRayError(msg)
 
+    def _report_stall(
+        self, spec: StageSpec, shown: str, stats: StageStats, idle: float
+    ) -> None:
+        """Say what a stage that wrote nothing for ``idle`` seconds waits for."""
+        import ray
+
+        config = self._state.config
+        pool = spec.pool
+        if spec.own_actors:
+            need = pool.num_cpus
+            owner = spec.owners[0][0] if spec.owners else spec.label
+            needs = f"{owner}.pool.num_cpus {pool.num_cpus:g}"
+        else:
+            need = config.ray.task_num_cpus
+            needs = f"ray.task_num_cpus {need:g}"
+        pools = ", ".join(
+            f"{' = '.join(paths)} {cpus:g}"
+            for paths, cpus in engine_pool_cpus(config).values()
+        )
+        msg = stall_message(
+            shown,
+            idle_s=idle,
+            written=stats.written,
+            free=ray.available_resources(),  # type: ignore[no-untyped-call]
+            total=ray.cluster_resources(),  # type: ignore[no-untyped-call]
+            needs=needs,
+            need_cpus=need,
+            pools=pools,
+        )
+        print(f"cube-ray: warning: {msg}", file=console(), flush=True)
+
     def _shown(self, label: str, first_seq: int) -> str:
         """A stage's name in messages: with its wave when there are waves."""
         if self._state.config.ray.waves == 1:
@@ -275,19 +308,26 @@ class StageRunner:
         out = self._map(spec, todo)
         stem = self._stem(label, first_seq)
         bar = _Progress(state.progress, shown, expected - stats.skipped - stats.written)
+        watch = StallWatch(
+            after_s=state.config.ray.stall_report_s,
+            report=lambda idle: self._report_stall(spec, shown, stats, idle),
+        )
         try:
-            for info in self._data.write_parts(
-                out,
-                table_dir,
-                stem=stem,
-                key=key,
-                schema_=spec.out_schema,
-                secrets=self._secrets,
-            ):
-                if info["file"] not in seen:
-                    seen[info["file"]] = info["rows"]
-                    _count(stats, info)
-                    bar.update(info["rows"])
+            with watch:
+                parts = self._data.write_parts(
+                    out,
+                    table_dir,
+                    stem=stem,
+                    key=key,
+                    schema_=spec.out_schema,
+                    secrets=self._secrets,
+                )
+                for info in parts:
+                    watch.progress()
+                    if info["file"] not in seen:
+                        seen[info["file"]] = info["rows"]
+                        _count(stats, info)
+                        bar.update(info["rows"])
         except BaseException as exc:
             # Whatever the failure (Ctrl-C included), part files already
             # written are complete: keep them, and count those whose
