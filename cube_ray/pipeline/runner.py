@@ -30,7 +30,7 @@ from cube_ray.pipeline.parts import (
     part_files,
 )
 from cube_ray.pipeline.stall import StallWatch, stall_message
-from cube_ray.preflight._resources import engine_pool_cpus
+from cube_ray.preflight._resources import engine_pool_cpus, stage_cpus
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -218,14 +218,17 @@ class StageRunner:
         import ray
 
         config = self._state.config
+        task = config.ray.task_num_cpus
         pool = spec.pool
         if spec.own_actors:
-            need = pool.num_cpus
             owner = spec.owners[0][0] if spec.owners else spec.label
-            needs = f"{owner}.pool.num_cpus {pool.num_cpus:g}"
+            needs = (
+                f"{pool.min_size} actor(s) of {owner}.pool.num_cpus "
+                f"{pool.num_cpus:g} and a writer task of ray.task_num_cpus {task:g}"
+            )
         else:
-            need = config.ray.task_num_cpus
-            needs = f"ray.task_num_cpus {need:g}"
+            needs = f"a task and a writer task of ray.task_num_cpus {task:g}"
+        need = stage_cpus(pool, own_actors=spec.own_actors, task_cpus=task)
         pools = ", ".join(
             f"{' = '.join(paths)} {cpus:g}"
             for paths, cpus in engine_pool_cpus(config).values()

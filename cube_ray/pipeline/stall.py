@@ -37,22 +37,27 @@ def stall_message(
         written: Rows it wrote so far.
         free: Ray's available resources now.
         total: Ray's cluster resources.
-        needs: What one of the stage's tasks or actors asks, in words.
-        need_cpus: The CPUs of that ask.
+        needs: What the stage's CPUs are, in words.
+        need_cpus: The CPUs the stage needs to run
+            (:func:`cube_ray.preflight.stage_cpus`: its tasks or actors and a
+            part-file writer task).
         pools: The engine pools and what they hold, in words.
 
     >>> print(stall_message("scores:j2", idle_s=300, written=48,
-    ...     free={"CPU": 0.0}, total={"CPU": 2.0}, needs="ray.task_num_cpus 0.5",
-    ...     need_cpus=0.5, pools="generator 0.5, judges.j1 0.5"))
+    ...     free={"CPU": 0.5}, total={"CPU": 2.0},
+    ...     needs="a task of ray.task_num_cpus 0.5 and a writer task",
+    ...     need_cpus=1.0, pools="generator 0.5, judges.j1 0.5"))
     scores:j2: no row written for 300 s (48 so far; ray.stall_report_s). Ray has \
-0 of 2 CPUs free; each of the stage's tasks needs 0.5 (ray.task_num_cpus 0.5), so \
-they wait for a CPU the engine pools (generator 0.5, judges.j1 0.5) and the other \
-stages hold. Fix: raise ray.num_cpus (or add nodes), or lower those pools' num_cpus
+0.5 of 2 CPUs free, and the stage needs 1 (a task of ray.task_num_cpus 0.5 and a \
+writer task): Ray Data's tasks wait for CPUs that the engine pools (generator \
+0.5, judges.j1 0.5) and the other stages hold. Fix: raise ray.num_cpus (or add \
+nodes), or lower those pools' num_cpus
     >>> print(stall_message("scores:j2", idle_s=300, written=0,
-    ...     free={"CPU": 1.5}, total={"CPU": 4.0}, needs="ray.task_num_cpus 0.5",
-    ...     need_cpus=0.5, pools="judges.j2 0.5").split("; ")[-1])
-    each of the stage's tasks has a CPU (it needs 0.5): it waits on its engines \
-(slow calls, or an engine still starting): see the engines' lines above
+    ...     free={"CPU": 1.5}, total={"CPU": 4.0}, needs="...",
+    ...     need_cpus=1.0, pools="judges.j2 0.5").split(": ", 1)[1])
+    no row written for 300 s (0 so far; ray.stall_report_s). Ray has 1.5 of 4 \
+CPUs free, as many as the stage needs (1): it waits on its engines (slow calls, \
+or an engine still starting; see the engines' lines above)
     """
     cpu_free = float(free.get("CPU", 0.0))
     head = (
@@ -62,15 +67,15 @@ stages hold. Fix: raise ray.num_cpus (or add nodes), or lower those pools' num_c
     )
     if cpu_free + 1e-9 < need_cpus:
         return (
-            f"{head}; each of the stage's tasks needs {need_cpus:g} ({needs}), so "
-            f"they wait for a CPU the engine pools ({pools}) and the other stages "
-            "hold. Fix: raise ray.num_cpus (or add nodes), or lower those pools' "
-            "num_cpus"
+            f"{head}, and the stage needs {need_cpus:g} ({needs}): Ray Data's "
+            f"tasks wait for CPUs that the engine pools ({pools}) and the other "
+            "stages hold. Fix: raise ray.num_cpus (or add nodes), or lower those "
+            "pools' num_cpus"
         )
     return (
-        f"{head}; each of the stage's tasks has a CPU (it needs {need_cpus:g}): it "
-        "waits on its engines (slow calls, or an engine still starting): see the "
-        "engines' lines above"
+        f"{head}, as many as the stage needs ({need_cpus:g}): it waits on its "
+        "engines (slow calls, or an engine still starting; see the engines' "
+        "lines above)"
     )
 
 
