@@ -246,8 +246,8 @@ def rater_agreement(ratings: pl.DataFrame, dimensions: Sequence[str]) -> pl.Data
     """Agreement among human raters, per dimension.
 
     Args:
-        ratings: ``question_id, system, dimension, score, rater`` (one row
-            per rater and item).
+        ratings: ``question_id, system, dimension, score[, rater]`` (one row
+            per rater and item; without ``rater``, one rater).
         dimensions: The dimensions, in order.
 
     Returns:
@@ -264,7 +264,11 @@ def rater_agreement(ratings: pl.DataFrame, dimensions: Sequence[str]) -> pl.Data
     (('d', 2, 2), 0.7273, 1.0)
     """
     rows: list[dict[str, object]] = []
-    raters = sorted(ratings.get_column(RATER).unique().to_list())
+    raters = (
+        sorted(ratings.get_column(RATER).unique().to_list())
+        if RATER in ratings.columns
+        else []
+    )
     if len(raters) >= 2:
         for dim in dimensions:
             wide = ratings.filter(pl.col(schema.DIMENSION) == dim).pivot(

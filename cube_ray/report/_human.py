@@ -61,7 +61,7 @@ def read_human_ratings(path: str | Path) -> pl.DataFrame:
             value = parse_score(cell or "")
         except ValueError as exc:
             raise InputError(
-                str(exc), path=str(p), row=csv_place(p, row), field=schema.SCORE
+                f"score {exc}", path=str(p), row=csv_place(p, row), field=schema.SCORE
             ) from None
         if value is None:
             raise InputError(
