@@ -82,11 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cube-ray: interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        print(f"cube-ray: error: {disk_full(exc)}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (``cube-ray run --dry-run | head``): nothing
         # left to say. Point stdout at /dev/null so the interpreter's final
@@ -94,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports a writer cut off
+    except OSError as exc:  # after BrokenPipeError, one of its kind
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"cube-ray: error: {disk_full(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

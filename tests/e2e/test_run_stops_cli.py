@@ -230,3 +230,39 @@ def test_a_full_disk_mid_run_is_a_sentence_and_the_rerun_resumes(
     assert len(_rows(run_dir / "scores")) == 3 * N_DOCS * 4
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["status"] == "complete"
+
+
+def test_a_full_disk_outside_a_stage_is_a_sentence(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """ENOSPC met by the command itself (not a stage): one sentence, exit 2."""
+    import errno
+
+    import cube_ray.sizing
+    from cube_ray.cli import main
+
+    target = tmp_path / "runs" / "a" / "plan.json"
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+
+    monkeypatch.setattr(cube_ray.sizing, "plan_sample", full)
+    assert main(["plan", str(tmp_path), "--half-width", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "cube-ray: error: the disk is full (No space left on device) writing to "
+        f"{target.parent}. The rows a run wrote before are kept"
+    ), err
+    assert "rerun the same command" in err
+    # Other OS errors keep their traceback (a bug, not the environment).
+    monkeypatch.setattr(
+        cube_ray.sizing,
+        "plan_sample",
+        lambda *a, **k: (_ for _ in ()).throw(
+            PermissionError(errno.EACCES, "Permission denied")
+        ),
+    )
+    with pytest.raises(PermissionError):
+        main(["plan", str(tmp_path), "--half-width", "2"])
