@@ -211,7 +211,9 @@ def study_seeds(spec: StudySpec) -> tuple[int, int]:
     """(data seed, resampling seed) of one study, from its setting alone.
 
     The seeds depend on ``(seed, n, m, index)`` only, never on the order the
-    studies run in, so the results do not depend on ``--workers``.
+    studies run in, so the results do not depend on ``--workers`` (to the last
+    bit with one Polars thread in every process, ``POLARS_MAX_THREADS=1``; a
+    one-worker run with Polars' default threads may sum in another order).
 
     >>> spec = StudySpec(1000, 150, 3, 0, 400, 200, "bca")
     >>> study_seeds(spec) == study_seeds(spec)

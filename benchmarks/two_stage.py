@@ -28,9 +28,11 @@ BCa; its jackknife costs min(n, 200) evaluations per interval, left out within
 strata for the stratified design) over ``--resamples`` resamples.
 
 ``--workers N`` runs the studies over N processes; a study's result depends on
-its own seed only, not on N. ``--out FILE.json`` writes every row and every
-study (with its CPU seconds), and ``FILE.jsonl`` each study as it ends. The
-benchmark imports numpy, scipy, polars, pydantic, yaml and cube_ray (whose
+its own seed only, not on N (to the last bit when the one-worker run also has one
+Polars thread, ``POLARS_MAX_THREADS=1``; otherwise its sums may run in another
+order, and half-widths agree to about 1e-15). ``--out FILE.json`` writes every
+row and every study (with its CPU seconds), and ``FILE.jsonl`` each study as it
+ends. The benchmark imports numpy, scipy, polars, pydantic, yaml and cube_ray (whose
 ``schema`` needs pyarrow), never ray, vllm or torch.
 
     PYTHONPATH=. .venv/bin/python benchmarks/two_stage.py --studies 60 --resamples 200

@@ -308,12 +308,11 @@ def redact_all(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def recorded_secrets(manifest: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The secret values of a run, from its ``manifest.json`` and this environment.
+def recorded_secrets(config: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The secret values of a run, from its recorded config and this environment.
 
     For what cube_ray writes after the run (the report, the audit sheet): the
-    variables the recorded config reads as secrets (:func:`secret_names`),
-    as set where it runs now.
+    variables the config ``manifest.json`` records reads as secrets
+    (:func:`secret_names`), as set where it runs now.
     """
-    config = (manifest or {}).get("config")
-    return secret_values(secret_names(config if isinstance(config, Mapping) else {}))
+    return secret_values(secret_names(config or {}))

@@ -19,6 +19,7 @@ __all__ = [
     "MissingDependencyError",
     "Place",
     "ResourceWaitError",
+    "RunDirError",
 ]
 
 INCOMPLETE_EXIT_CODE = 4
@@ -55,6 +56,14 @@ class ResourceWaitError(ClusterError):
     """
 
     exit_code = 3
+
+
+class RunDirError(CubeRayError):
+    """The run dir cannot be written now, or not safely.
+
+    Another cube-ray process holds its lock (``cube_ray.run_lock``), or one of
+    its folders is a symlink leading outside it (``cube_ray.files``).
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,16 @@
-"""One HTTP request with a whole-request deadline and a byte limit on the reply.
+"""cube_ray's one HTTP client: bounded requests, no redirects, http(s) only.
 
-Shared by the OpenAI-compatible engine, the HTTP system and the embedding
-client of dense retrieval, so a hostile or broken server meets the same bounds
-whichever of them calls it:
+Every request cube_ray makes goes through here: the OpenAI-compatible engine,
+the HTTP system, the embedding client of dense retrieval (on a client from
+:func:`async_client`) and the start-up checks of the preflight
+(:func:`fetch`). So a hostile or broken server meets the same rules whichever
+of them calls it:
 
+* **http and https only**: every configured base URL is checked when the
+  config loads (:func:`check_http_url`), so ``file:///etc/passwd`` is refused
+  before any read;
+* **no redirects**: a ``3xx`` reply is returned as it is, never followed, so
+  the ``Authorization`` header never reaches another host or port;
 * **deadline**: ``httpx`` times each phase (connect, each read), so a server
   that sends one byte a second never trips its read timeout; the whole
   request, body included, runs under ``asyncio.wait_for`` instead, and ends
@@ -26,7 +33,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["MAX_REPLY_BYTES", "BoundedReply", "run_sync", "send_bounded"]
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "BoundedReply",
+    "async_client",
+    "check_http_url",
+    "fetch",
+    "http_url_problem",
+    "run_sync",
+    "send_bounded",
+]
 
 T = TypeVar("T")
 
@@ -50,6 +66,103 @@ class BoundedReply:
     def text(self) -> str:
         """The body as text (undecodable bytes replaced)."""
         return self.body.decode("utf-8", errors="replace")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL cube_ray may call, or None.
+
+    A URL that starts with a ``${NAME}`` placeholder is checked once the
+    variable is read (:func:`check_http_url` again, where it is expanded).
+
+    >>> http_url_problem("http://127.0.0.1:8000/v1") is None
+    True
+    >>> http_url_problem("${RAG_URL}/chat") is None
+    True
+    >>> http_url_problem("file:///etc/passwd#x")
+    "its scheme is 'file'"
+    >>> http_url_problem("https:///v1")
+    'it names no host'
+    >>> http_url_problem("//127.0.0.1:8000/v1")
+    'it has no scheme'
+    """
+    from urllib.parse import urlsplit
+
+    if url.startswith("${"):
+        return None
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:
+        return f"it does not parse ({exc})"
+    if not parts.scheme:
+        return "it has no scheme"
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"its scheme is {parts.scheme!r}"
+    if not parts.hostname:
+        return "it names no host"
+    return None
+
+
+def check_http_url(url: str, *, field: str) -> str:
+    """``url``, or ValueError when it is not an http(s) URL with a host.
+
+    Raised as a config error naming ``field`` (the URL itself is not echoed:
+    it may hold a credential that another check refuses).
+    """
+    problem = http_url_problem(url)
+    if problem is not None:
+        msg = (
+            f"{field} must be an http:// or https:// URL with a host, but "
+            f"{problem}; write it as http://HOST:PORT/PATH (cube_ray calls no "
+            "other kind of URL)"
+        )
+        raise ValueError(msg)
+    return url
+
+
+def async_client(httpx: Any, *, timeout_s: float, **kwargs: Any) -> Any:
+    """An ``httpx.AsyncClient`` with cube_ray's rules: redirects not followed.
+
+    Args:
+        httpx: The ``httpx`` module (imported lazily by the caller).
+        timeout_s: Each phase's timeout (connect, each read); the whole
+            request's deadline is :func:`send_bounded`'s.
+        **kwargs: ``base_url``, ``headers``, ``limits``, ``transport``.
+    """
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_s), follow_redirects=False, **kwargs
+    )
+
+
+def fetch(
+    method: str,
+    url: str,
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+    max_bytes: int = MAX_REPLY_BYTES,
+    **kwargs: Any,
+) -> BoundedReply:
+    """One request from synchronous code, under every rule of this module.
+
+    For the start-up checks: a fresh client (:func:`async_client`), the whole
+    request under ``timeout_s`` and the body under ``max_bytes``.
+
+    Raises:
+        ValueError: ``url`` is not http(s) (nothing is sent).
+        asyncio.TimeoutError: The deadline passed.
+        httpx.HTTPError: Transport errors, httpx timeouts, undecodable bodies.
+    """
+    import httpx
+
+    check_http_url(url, field="url")
+
+    async def go() -> BoundedReply:
+        async with async_client(httpx, timeout_s=timeout_s, headers=headers) as c:
+            return await send_bounded(
+                c, method, url, timeout_s=timeout_s, max_bytes=max_bytes, **kwargs
+            )
+
+    return run_sync(go)
 
 
 def _declared_length(headers: Any) -> int | None:

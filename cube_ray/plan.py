@@ -21,18 +21,23 @@ from cube_ray.env import url_host as _host
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
 from cube_ray.prompts import load_template
+from cube_ray.protocols import PROTOCOLS
 from cube_ray.stages import AnswerStage, QuestionStage, SystemStage
 from cube_ray.stages.qualify import FaultStage
 from cube_ray.systems.kinds import system_kind
 
 __all__ = [
     "FileUse",
+    "JudgeCost",
     "PlanRow",
+    "engine_label",
     "estimate_tokens",
     "file_uses",
     "format_env_uses",
     "format_file_uses",
     "format_plan",
+    "format_protocols",
+    "judge_cost",
     "plan_cost",
     "plan_run",
 ]
@@ -53,6 +58,17 @@ def estimate_tokens(text: str) -> int:
 
 
 @dataclass(frozen=True)
+class JudgeCost:
+    """Estimated calls and tokens of one judge under its protocol."""
+
+    calls: int
+    prompt_tokens: int
+    unique_prompt_tokens: int
+    """Prompt tokens left when each answer's shared prefix is counted once."""
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
 class PlanRow:
     """One line of the plan."""
 
@@ -67,6 +83,11 @@ class PlanRow:
     256), a judge's score ~1 per call)."""
     price: tuple[float, float] | None = None
     """The engine's ``price_per_mtok`` (prompt, completion), if set."""
+    protocols: tuple[tuple[str, JudgeCost], ...] = ()
+    """An LLM judge of the answers: what each protocol would cost it (section
+    14), the configured one first."""
+    answers: int = 0
+    """Answers a judge row scores (to show costs per answer)."""
 
 
 def _tpl_tokens(name: str) -> int:
@@ -82,7 +103,15 @@ def _price(cfg: object) -> tuple[float, float] | None:
     return None if price is None else (price.prompt, price.completion)
 
 
-def _engine_name(cfg: object) -> str:
+def engine_label(cfg: object) -> str:
+    """An engine's name in the plan's rows: ``backend:model`` (or the backend).
+
+    >>> from types import SimpleNamespace as NS
+    >>> engine_label(NS(backend="vllm", model="Qwen/Qwen2.5-7B"))
+    'vllm:Qwen/Qwen2.5-7B'
+    >>> engine_label(NS(backend="reference"))
+    'reference'
+    """
     backend = getattr(cfg, "backend", "?")
     model = getattr(cfg, "model", None) or getattr(cfg, "served_name", None)
     return f"{backend}:{model}" if model else str(backend)
@@ -105,7 +134,7 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
         doc_tokens = round(doc_tokens * share)
         n_docs = min(config.sample.size, n_docs)
     mean_doc = doc_tokens / max(n_docs, 1)
-    gen = _engine_name(config.generator)
+    gen = engine_label(config.generator)
     gen_price = _price(config.generator)
     rows: list[PlanRow] = []
     if config.questions.source == "generate":
@@ -127,12 +156,6 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
     n_sets = 2 + len(config.systems)
     n_answers = n_sets * n_q
     rubrics = config.rubrics()
-    shared = (
-        n_answers * _tpl_tokens(config.prompts.judge)
-        + n_sets * (gold_tokens + q_tokens)
-        + (n_answers * answer_len)
-    )
-    rubric_tokens = sum(estimate_tokens(r) for r in rubrics.values())
     # The run's own stage graph, walked with estimated lengths.
     for spec in stage_graph(config):
         if spec.stage_cls is QuestionStage:
@@ -173,36 +196,171 @@ def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:
             rows.append(PlanRow(spec.label, "fault generator (no LLM)", 0, 0))
         else:  # a judge (of the answers, or of the faulted answers)
             engine = spec.stage_kwargs["engine"]
-            calls = n_answers * len(rubrics)
+            if engine.backend == "reference":  # no model, no prompt
+                n = n_answers
+                if spec.table == QUALIFICATION_SCORES and config.qualification:
+                    q = config.qualification
+                    n = min(q.questions, n_q) * len(q.kinds) * 2  # and controls
+                rows.append(
+                    PlanRow(spec.label, "reference (no LLM)", n * len(rubrics), 0)
+                )
+                continue
+            compared: tuple[tuple[str, JudgeCost], ...] = ()
             if spec.table == QUALIFICATION_SCORES and config.qualification:
                 q = config.qualification
-                n_faults = min(q.questions, n_q) * len(q.kinds)
-                calls = n_faults * len(rubrics)
-                if engine.backend != "reference":
-                    per = (
-                        _tpl_tokens(config.prompts.judge)
-                        + int(mean_doc)
-                        + q_tokens // max(n_q, 1)
-                        + answer_len
+                asked = min(q.questions, n_q)
+                # Each fault and its control (CUBE_METHOD.md section 12).
+                n_faults = asked * len(q.kinds) * 2
+                per_question = int(mean_doc) + q_tokens // max(n_q, 1)
+                material = n_faults * (per_question + answer_len)
+                cost = judge_cost(
+                    config,
+                    engine,
+                    answers=n_faults,
+                    material=material,
+                    questions=asked,
+                    question_material=asked * per_question,
+                )
+                unique = None
+            else:
+                sizes: dict[str, Any] = {
+                    "answers": n_answers,
+                    "material": n_sets * (gold_tokens + q_tokens)
+                    + n_answers * answer_len,
+                    "questions": n_q,
+                    "question_material": gold_tokens + q_tokens,
+                }
+                cost = judge_cost(config, engine, **sizes)
+                unique = cost.unique_prompt_tokens
+                own = getattr(engine, "protocol", "score")
+                compared = tuple(
+                    (
+                        p,
+                        cost
+                        if p == own
+                        else judge_cost(config, engine, **sizes, protocol=p),
                     )
-                    total = calls * per + n_faults * rubric_tokens
-                    name = _engine_name(engine)
-                    rows.append(
-                        PlanRow(
-                            spec.label, name, calls, total, None, calls, _price(engine)
-                        )
-                    )
-                    continue
-            if engine.backend == "reference":  # no model, no prompt
-                rows.append(PlanRow(spec.label, "reference (no LLM)", calls, 0))
-                continue
-            total = shared * len(rubrics) + n_answers * rubric_tokens
-            unique = shared + n_answers * rubric_tokens
-            name = _engine_name(engine)
+                    for p in (own, *(p for p in PROTOCOLS if p != own))
+                    if p != "checklist" or _has_items(config)
+                )
             rows.append(
-                PlanRow(spec.label, name, calls, total, unique, calls, _price(engine))
+                PlanRow(
+                    spec.label,
+                    engine_label(engine),
+                    cost.calls,
+                    cost.prompt_tokens,
+                    unique,
+                    cost.completion_tokens,
+                    _price(engine),
+                    compared,
+                    n_answers if compared else 0,
+                )
             )
     return rows
+
+
+def judge_cost(
+    config: RunConfig,
+    engine: Any,
+    *,
+    answers: int,
+    material: int,
+    questions: int,
+    question_material: int,
+    protocol: str | None = None,
+) -> JudgeCost:
+    """Calls and prompt tokens of a judge under a protocol (CUBE_METHOD.md section 14).
+
+    Each call's prompt is the protocol's template, the answer's material (gold
+    document, question, answer: the prefix its calls share) and its own tail:
+    a rubric (``score``), a rubric's opening and one item (``checklist``), or
+    every rubric (``all_dimensions``, one call per answer).
+
+    Args:
+        config: The run config (rubrics, templates, dimensions).
+        engine: The judge's engine config.
+        answers: Answers judged.
+        material: Their material's tokens, summed over the answers.
+        questions: Distinct questions (a checklist baseline asks per question).
+        question_material: Gold documents and questions of those, summed.
+        protocol: Price this protocol instead of the engine's own.
+    """
+    from cube_ray.protocols import calls_per_answer, checklist
+
+    protocol = str(protocol or getattr(engine, "protocol", "score"))
+    rubrics = config.rubrics()
+    tpl = _tpl_tokens(config.prompts.judge_template(protocol))
+    prefix = answers * tpl + material
+    rubric_tokens = sum(estimate_tokens(r) for r in rubrics.values())
+    if protocol == "all_dimensions":
+        total = prefix + answers * rubric_tokens
+        return JudgeCost(answers, total, total, answers * 2 * len(rubrics))
+    if protocol == "score":
+        calls = answers * len(rubrics)
+        total = len(rubrics) * prefix + answers * rubric_tokens
+        return JudgeCost(calls, total, prefix + answers * rubric_tokens, calls)
+    lists = {d: checklist(r, dimension=d) for d, r in rubrics.items()}
+    per_answer = calls_per_answer(
+        "checklist", {d: len(c.items) for d, c in lists.items()}
+    )
+    tails = sum(
+        estimate_tokens(c.header) + estimate_tokens(i.text)
+        for c in lists.values()
+        for i in c.items
+    )
+    calls = answers * per_answer
+    total = per_answer * prefix + answers * tails
+    unique = prefix + answers * tails
+    if getattr(engine, "checklist_baseline", "none") != "none":
+        base = per_answer * (questions * tpl + question_material) + questions * tails
+        calls += questions * per_answer
+        total += base
+        unique += questions * tpl + question_material + questions * tails
+    return JudgeCost(calls, total, unique, calls)
+
+
+def _has_items(config: RunConfig) -> bool:
+    """Whether every rubric of the run lists items (protocol ``checklist``)."""
+    from cube_ray.protocols import checklist
+
+    try:
+        for d, r in config.rubrics().items():
+            checklist(r, dimension=d)
+    except ConfigError:
+        return False
+    return True
+
+
+def format_protocols(rows: list[PlanRow]) -> list[str]:
+    """Per LLM judge, calls and prompt tokens per answer under each protocol.
+
+    >>> c = JudgeCost(40, 40_000, 12_000, 40)
+    >>> row = PlanRow("scores:j", "e", 40, 40_000, protocols=(("score", c),),
+    ...     answers=10)
+    >>> for line in format_protocols([row]):
+    ...     print(line)
+    Judging protocols (CUBE_METHOD.md section 14), per answer:
+      judge        protocol                  calls  prompt tokens  after prefix sharing
+      j            score (this run)            4.0          4,000                 1,200
+    """
+    judged = [r for r in rows if r.protocols and r.answers]
+    if not judged:
+        return []
+    lines = [
+        "Judging protocols (CUBE_METHOD.md section 14), per answer:",
+        f"  {'judge':12s} {'protocol':25s} {'calls':>5s}  {'prompt tokens':>13s}"
+        "  after prefix sharing",
+    ]
+    for r in judged:
+        for k, (protocol, cost) in enumerate(r.protocols):
+            name = f"{protocol} (this run)" if k == 0 else protocol
+            judge = r.stage.partition(":")[2]  # not "scores:…": one line per stage
+            lines.append(
+                f"  {judge[:12]:12s} {name:25s} {cost.calls / r.answers:>5.1f}  "
+                f"{cost.prompt_tokens / r.answers:>13,.0f}  "
+                f"{cost.unique_prompt_tokens / r.answers:>20,.0f}"
+            )
+    return lines
 
 
 def _question_frame(config: RunConfig, limit: int | None) -> Any:
@@ -269,6 +427,9 @@ def format_plan(rows: list[PlanRow]) -> str:
         "Token counts are estimates (1 per CJK character, 1 per 4 other characters; "
         "questions ~30, answers ~min(max_tokens, 256) tokens). No engine was started."
     )
+    compared = format_protocols(rows)
+    if compared:
+        lines += ["", *compared]
     if rows:
         from cube_ray.sizing import format_costs
 

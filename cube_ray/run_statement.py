@@ -33,7 +33,7 @@ from cube_ray.cpu_time import (
 )
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION
-from cube_ray.plan import PlanRow, _engine_name, plan_run
+from cube_ray.plan import PlanRow, engine_label, plan_run
 
 __all__ = [
     "CpuInfo",
@@ -128,9 +128,9 @@ def _params_of(model: Path) -> int | None:
 def _needs_conversion(engine: Any) -> bool:
     if engine.backend != "embedded":
         return False
-    from cube_ray.engines.embedded import _DONE, model_dir
+    from cube_ray.engines.embedded import is_converted
 
-    return not (model_dir(engine) / _DONE).is_file()
+    return not is_converted(engine)
 
 
 def estimate_run(
@@ -189,7 +189,7 @@ def _row_engine(config: RunConfig, row: PlanRow) -> Any:
     prefix, _, judge = row.stage.partition(":")
     if prefix in {"scores", QUALIFICATION} and judge in config.judges:
         return config.judges[judge]
-    if row.engine != _engine_name(config.generator):
+    if row.engine != engine_label(config.generator):
         return None  # a system's own engine, a file, no LLM
     return config.generator
 
@@ -240,6 +240,29 @@ def fit_sample(
     return with_sample_size(config, size), note
 
 
+def _sample_words(sample: Any, *, documents: int | None, limit: int | None) -> str:
+    """The run's sample as the work line says it: asked for, or the whole corpus.
+
+    A ``sample.size`` larger than the corpus (or than ``--limit``) samples
+    nothing: every document gets its question. ``documents``: the documents
+    that get questions (None: not known here).
+
+    >>> from types import SimpleNamespace as S
+    >>> _sample_words(S(size=12, strata=[]), documents=3, limit=None)
+    'every one of the 3 documents: sample.size 12 is more than the corpus'
+    >>> _sample_words(S(size=60, strata=["AREA"]), documents=60, limit=None)
+    'a sample of 60 documents; strata: AREA'
+    """
+    if documents is not None and documents < sample.size:
+        corpus = "the corpus" if limit is None else f"the corpus under --limit {limit}"
+        return (
+            f"every one of the {documents:,} documents: sample.size "
+            f"{sample.size:,} is more than {corpus}"
+        )
+    strata = ", ".join(sample.strata) or "one stratum"
+    return f"a sample of {sample.size:,} documents; strata: {strata}"
+
+
 @dataclass(frozen=True)
 class Statement:
     """The lines said before a run, and the estimate they quote."""
@@ -271,8 +294,9 @@ def run_statement(
     completion = sum(r.completion_tokens for r in rows)
     what = f"{questions:,} questions"
     if config.sample is not None:
-        strata = ", ".join(config.sample.strata) or "one stratum"
-        what += f" (a sample of {config.sample.size:,} documents; strata: {strata})"
+        # Generated questions: one per sampled document.
+        docs = questions if config.questions.source != "file" else None
+        what += f" ({_sample_words(config.sample, documents=docs, limit=limit)})"
     lines = [
         f"work: {what}; {calls:,} engine calls, ≈ {prompt:,} prompt and "
         f"{completion:,} completion tokens (`--dry-run` shows the plan)"

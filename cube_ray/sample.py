@@ -34,6 +34,7 @@ from typing import Any
 
 import polars as pl
 
+from cube_ray.files import write_atomic
 from cube_ray.seeded import MISSING, doc_hash, stratum_key, unit_offset
 
 __all__ = [
@@ -248,7 +249,7 @@ class SampleState:
 def write_sample(folder: Path, order: pl.DataFrame, state: SampleState) -> None:
     """Write the order table and ``sample.json`` into a (new) folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    order.write_parquet(folder / _TABLE)
+    write_atomic(folder / _TABLE, order.write_parquet)
     meta = {
         "rule": state.rule,
         "size": state.size,
@@ -258,7 +259,7 @@ def write_sample(folder: Path, order: pl.DataFrame, state: SampleState) -> None:
         "sample": state.block,
     }
     text = json.dumps(meta, ensure_ascii=False, indent=2)
-    (folder / _META).write_text(text + "\n", encoding="utf-8")
+    write_atomic(folder / _META, text + "\n")
 
 
 def read_sample(run_dir: Path) -> SampleState | None:
@@ -345,10 +346,17 @@ def describe_sample(block: Mapping[str, Any] | None) -> str | None:
     '60 of 2,262 documents, stratified by AREA (2 strata)'
     >>> describe_sample({"size": 5, "population": 9, "fields": [], "strata": {}})
     '5 of 9 documents, simple random sample'
+    >>> describe_sample({"size": 3, "population": 3, "fields": [], "strata": {}})
+    'every one of the 3 documents (sample.size is not less than the corpus)'
     """
     if not isinstance(block, Mapping):
         return None
     size, population = int(block["size"]), int(block["population"])
+    if size >= population:
+        return (
+            f"every one of the {population:,} documents (sample.size is not less "
+            "than the corpus)"
+        )
     fields = list(block.get("fields") or [])
     head = f"{size:,} of {population:,} documents"
     if not fields:

@@ -14,7 +14,6 @@ interval.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,15 +25,19 @@ import polars as pl
 from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.errors import InputError
+from cube_ray.manifest import MANIFEST, Manifest
 
 __all__ = [
     "COST_KEYS",
+    "NO_SPREAD",
     "EngineUse",
     "PilotWidth",
     "cost_at",
     "format_sample_plan",
     "measured_uses",
+    "no_spread_error",
     "pilot_half_width",
+    "pilot_pair_width",
     "plan_sample",
     "required_n",
 ]
@@ -99,6 +102,29 @@ def pilot_half_width(run_dir: str | Path) -> list[PilotWidth]:
     Raises:
         InputError: The run has no summary or no tables.
     """
+    run, n_pilot, intervals = _pilot(run_dir)
+    out: list[PilotWidth] = []
+    for system in run.systems:
+        cell = intervals.systems.get(system)
+        if run.no_verdict(system) is None:
+            half = cell.cube.half_width if cell is not None else None
+            out.append(PilotWidth(system, n_pilot, half))
+            continue
+        per_judge = cell.per_judge if cell is not None else {}
+        for judge, interval in sorted(per_judge.items()):
+            out.append(PilotWidth(system, n_pilot, interval.half_width, judge=judge))
+    return out
+
+
+def _pilot(run_dir: str | Path) -> tuple[Any, int, Any]:
+    """The pilot's run data, its number of questions and its intervals.
+
+    The intervals as the summary records them, else computed with 1000
+    resamples, seed 0.
+
+    Raises:
+        InputError: The run has no summary or no tables.
+    """
     from cube_ray.aggregate import headline_intervals
     from cube_ray.report import load_run
     from cube_ray.sample import load_strata
@@ -116,17 +142,72 @@ def pilot_half_width(run_dir: str | Path) -> list[PilotWidth]:
         seed=0,
         strata=load_strata(run_dir),
     )
-    out: list[PilotWidth] = []
-    for system in run.systems:
-        cell = intervals.systems.get(system)
-        if run.no_verdict(system) is None:
-            half = cell.cube.half_width if cell is not None else None
-            out.append(PilotWidth(system, n_pilot, half))
-            continue
-        per_judge = cell.per_judge if cell is not None else {}
-        for judge, interval in sorted(per_judge.items()):
-            out.append(PilotWidth(system, n_pilot, interval.half_width, judge=judge))
-    return out
+    return run, n_pilot, intervals
+
+
+NO_SPREAD = 1e-9
+"""CuBE points below which a pilot's half-width is no spread at all."""
+
+
+def no_spread_error(what: str, *, n_pilot: int, path: str) -> InputError:
+    """Why a zero-width pilot interval cannot be extrapolated, and what to do."""
+    msg = (
+        f"{what}: the pilot's 95 % interval has zero width (every resample of its "
+        f"{n_pilot} questions gave the same figure), so it measures no spread to "
+        "extrapolate from, and n = n0 * (h0 / H)^2 would be 0 questions. Run a "
+        "larger pilot, with questions that differ (more documents, e.g. "
+        "sample.size 30 or more, or a question file of its own), then plan again"
+    )
+    return InputError(msg, path=path)
+
+
+def pilot_pair_width(run_dir: str | Path, first: str, second: str) -> dict[str, Any]:
+    """The pilot's paired interval of ``CuBE(first) - CuBE(second)``.
+
+    The comparison the summary records (``intervals.comparisons``, the same
+    resamples for both systems, CUBE_METHOD.md section 10); sized like a
+    system's CuBE (:func:`required_n`) on the questions both answered.
+
+    Raises:
+        InputError: A system is not in the run, the two have no comparison (no
+            judge in both headlines), or its interval is undefined or has zero
+            width.
+    """
+    run, _, intervals = _pilot(run_dir)
+    for name in (first, second):
+        if name not in run.systems:
+            msg = (
+                f"--pair: {name!r} is not a system of this run; its systems are "
+                f"{list(run.systems)}"
+            )
+            raise InputError(msg, path=str(run_dir))
+    if first == second:
+        msg = f"--pair names {first!r} twice; name two different systems"
+        raise InputError(msg, path=str(run_dir))
+    found = next(
+        (c for c in intervals.comparisons if {c.first, c.second} == {first, second}),
+        None,
+    )
+    what = f"the paired difference {first} - {second}"
+    if found is None or found.difference is None or found.interval.half_width is None:
+        why = (
+            found.reason.text
+            if found is not None and found.reason is not None
+            else "the interval is undefined (too few resamples where both CuBEs "
+            "are defined)"
+        )
+        msg = f"{what} has no interval to plan from: {why}"
+        raise InputError(msg, path=str(run_dir))
+    if found.interval.half_width < NO_SPREAD:
+        raise no_spread_error(what, n_pilot=found.n_questions, path=str(run_dir))
+    sign = 1.0 if found.first == first else -1.0
+    return {
+        "first": first,
+        "second": second,
+        "difference": round(sign * found.difference, 4),
+        "n_pilot": found.n_questions,
+        "half_width_pilot": round(found.interval.half_width, 4),
+    }
 
 
 @dataclass(frozen=True)
@@ -186,7 +267,7 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     from cube_ray.tables import read_answers, read_scores
 
     root = Path(run_dir)
-    manifest = _manifest(root)
+    manifest = Manifest.load(root)
     answers = read_answers(root / "answers")
     scores = read_scores(root / "scores")
     q_files = sorted((root / "questions").glob("part-*.parquet"))
@@ -211,23 +292,19 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     }
     if questions.height and config.questions.source == "generate":
         tokens.update(_tokens(questions, pl.lit("questions")))
-    engines: Mapping[str, Any] = manifest.get("engines") or {}
-    written: Mapping[str, Any] = manifest.get("stages") or {}
+    engines, written = manifest.engines, manifest.stages
     stage_engines = _stage_engines(config)
     out: list[EngineUse] = []
     for stage, (prompt, completion) in sorted(tokens.items()):
         engine = stage_engines.get(stage)
         eid = engine_id(engine) if engine is not None else "-"
         speed = None
-        stats = engines.get(eid) or {}
-        busy = stats.get("busy_s")
-        done = sum(
-            int((written.get(s) or {}).get("prompt_tokens") or 0)
-            + int((written.get(s) or {}).get("completion_tokens") or 0)
-            for s in stats.get("stages") or []
-        )
-        if isinstance(busy, int | float) and done > 0:
-            speed = float(busy) / done
+        stats = engines.get(eid)
+        busy = stats.busy_s if stats is not None else None
+        served = stats.stages if stats is not None else []
+        done = sum(written[s].tokens for s in served if s in written)
+        if busy is not None and done > 0:
+            speed = busy / done
         price = getattr(engine, "price_per_mtok", None)
         out.append(
             EngineUse(
@@ -283,28 +360,16 @@ def cost_at(uses: list[EngineUse], questions: int) -> dict[str, Any]:
     }
 
 
-def _manifest(root: Path) -> dict[str, Any]:
-    path = root / "manifest.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        msg = f"manifest.json is missing or unreadable ({exc}); plan from a run dir"
-        raise InputError(msg, path=str(path)) from None
-    if not isinstance(data, dict):
-        raise InputError("manifest.json must hold a JSON object", path=str(path))
-    return data
-
-
 def run_config(run_dir: str | Path, config_path: str | None = None) -> RunConfig:
     """The run's config: ``config_path`` if given, else the manifest's record."""
     if config_path is not None:
         return RunConfig.from_yaml(config_path)
     root = Path(run_dir)
-    recorded = _manifest(root).get("config")
-    if not isinstance(recorded, dict):
-        msg = "manifest.json records no config; pass --config CONFIG"
-        raise InputError(msg, path=str(root / "manifest.json"))
-    return RunConfig.from_dict(recorded, source=f"{root / 'manifest.json'} (config)")
+    recorded = Manifest.load(root).config
+    if recorded is None:
+        msg = f"{MANIFEST} records no config; pass --config CONFIG"
+        raise InputError(msg, path=str(root / MANIFEST))
+    return RunConfig.from_dict(recorded, source=f"{root / MANIFEST} (config)")
 
 
 def plan_sample(
@@ -313,8 +378,12 @@ def plan_sample(
     half_width: float,
     corpus_size: int | None = None,
     config_path: str | None = None,
+    pair: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """``cube-ray plan``'s JSON: ``{"systems": {...}, "cost": {...}}``.
+
+    With ``pair`` (``--pair A B``): ``{"pair": {...}, "cost": {...}}``, the
+    paired difference ``A - B`` sized instead (:func:`pilot_pair_width`).
 
     ``systems.<s>`` = ``{n_pilot, half_width_pilot, n_required}``; a system
     with no headline (no judge separates its bounds) gives one entry per
@@ -327,6 +396,13 @@ def plan_sample(
 
     config = run_config(run_dir, config_path)
     widths = pilot_half_width(run_dir)
+    flat = [w for w in widths if w.half_width is not None and w.half_width < NO_SPREAD]
+    if flat and pair is None:
+        names = ", ".join(
+            w.system if w.judge is None else f"{w.system} (judge {w.judge})"
+            for w in flat
+        )
+        raise no_spread_error(names, n_pilot=flat[0].n_pilot, path=str(run_dir))
     systems: dict[str, dict[str, Any]] = {}
     for w in widths:
         key = w.system if w.judge is None else f"{w.system}/{w.judge}"
@@ -349,11 +425,19 @@ def plan_sample(
     uses = measured_uses(run_dir, config)
     n_pilot = widths[0].n_pilot if widths else 0
     needed = [v["n_required"] for v in systems.values() if v["n_required"]]
+    planned: dict[str, Any] = {"systems": systems}
+    if pair is not None:
+        paired = pilot_pair_width(run_dir, *pair)
+        paired["n_required"] = required_n(
+            paired["n_pilot"], paired["half_width_pilot"], half_width
+        )
+        planned = {"pair": paired}
+        needed = [paired["n_required"]]
     cost = {"pilot": cost_at(uses, n_pilot)}
     if needed:
         cost["required"] = cost_at(uses, max(needed))
     cost["corpus"] = cost_at(uses, int(corpus_size))
-    return {"systems": systems, "cost": cost}
+    return {**planned, "cost": cost}
 
 
 def _cell(value: Any) -> str:
@@ -383,7 +467,16 @@ def format_costs(cost: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def format_sample_plan(plan: Mapping[str, Any], *, half_width: float) -> str:
     """``cube-ray plan``'s text: sizes per system, costs, and what they rest on."""
     lines = [f"Sample size for a 95% half-width of {half_width:g} CuBE points:"]
-    for key, v in plan["systems"].items():
+    pair = plan.get("pair")
+    if pair is not None:
+        lines.append(
+            f"  the paired difference {pair['first']} - {pair['second']} "
+            f"({_cell(pair['difference'])} points in the pilot): pilot "
+            f"{pair['n_pilot']} shared questions, half-width "
+            f"{_cell(pair['half_width_pilot'])} -> {_cell(pair['n_required'])} "
+            "questions (both systems answer each)"
+        )
+    for key, v in plan.get("systems", {}).items():
         system, _, judge = key.partition("/")
         what = (
             f"{system} (judge {judge}'s own CuBE: no judge separates the bounds, "

@@ -409,7 +409,9 @@ def _locate_duplicate(
             where.append(f"{path} {Place(hit[0])}")
     raise InputError(
         f"duplicate rows for ({_fmt(values, key)}) in {' and '.join(where)}. "
-        f"Expected one row per ({', '.join(key)}); drop or merge the duplicates.",
+        f"Expected one row per ({', '.join(key)}); drop or merge the duplicates "
+        "(in a run dir that two runs wrote at once, rerunning its `cube-ray run "
+        "CONFIG --out RUN_DIR` keeps one row per key).",
         path=str(frames[0][0].parent),
         field=key[0],
     )

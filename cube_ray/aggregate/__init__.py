@@ -10,401 +10,367 @@ are exported for reuse. Nothing here reads or writes files except
 :meth:`Summary.read` / :meth:`Summary.write`, and nothing imports ray, vllm or
 torch.
 
-The package imports its modules on first use (PEP 562): the run config imports
-:class:`AggregateOptions`, and every Ray worker that runs a stage imports the
-config, so an eager import would load Polars and SciPy (about 95 MB) into
-processes that never aggregate.
+Each export is named once, below, as ``name as name`` (an explicit re-export).
+The options models (:class:`AggregateOptions`, :class:`BoundsOptions`) live with
+the run config that owns them (:mod:`cube_ray.config`), so the config no longer
+imports this package, and Ray workers that run stages never load it, nor Polars
+and SciPy with it (``tests/unit/test_lazy_imports.py``).
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from cube_ray.aggregate._agreement import (
-        HUMAN_JUDGE,
-        RATER,
-        HumanComparison,
-        PairStats,
-        compare_with_humans,
-        judge_agreement,
-        krippendorff_alpha_interval,
-        pair_stats,
-        score_matrix,
-    )
-    from cube_ray.aggregate._availability import (
-        BOUND_UNAVAILABLE,
-        SYSTEM_UNAVAILABLE,
-        UNAVAILABLE_CODES,
-        incomplete_reasons,
-        unavailable_sets,
-    )
-    from cube_ray.aggregate._bootstrap import (
-        CubeReplicates,
-        FixedWeights,
-        evaluate_replicates,
-        fixed_judge_mean,
-    )
-    from cube_ray.aggregate._calibrated import (
-        CalibrationResult,
-        calibrate,
-        calibrated_value,
-        effective_gain,
-        power_tuned_lambda,
-        with_calibration,
-    )
-    from cube_ray.aggregate._diagnostics import (
-        rank_correlations,
-        recall_curve,
-    )
-    from cube_ray.aggregate._frames import CUBE
-    from cube_ray.aggregate._intervals import (
-        BootstrapResult,
-        bootstrap_cube,
-        headline_intervals,
-        summary_replicates,
-        with_intervals,
-    )
-    from cube_ray.aggregate._math import (
-        COUNT,
-        RANK_SCORE,
-        cross_judge,
-        histogram,
-        normalise,
-        pearson,
-        pearson_exprs,
-        pearson_weights,
-        rank_scores,
-        recall_at_k,
-        trim_count,
-        trimmed_mean_exprs,
-        trimmed_means,
-        weighted_totals,
-    )
-    from cube_ray.aggregate._model import (
-        BOUNDS_NOT_SEPARATED,
-        DEGENERATE_BOUNDS,
-        MISSING_SCORES,
-        NO_JUDGE_SEPARATES,
-        NO_RETRIEVED_QUESTIONS,
-        NO_SHARED_JURY,
-        SCHEMA_VERSION,
-        AcrossJudges,
-        CalibratedAcross,
-        CalibratedFigure,
-        Calibration,
-        Counts,
-        CrossJudgeFigure,
-        FigureInterval,
-        Flag,
-        Intervals,
-        JudgeDifference,
-        JudgeFigures,
-        PairedComparison,
-        Qualification,
-        Reason,
-        Sample,
-        SampleStratum,
-        Separation,
-        Summary,
-        SystemInterval,
-        WithoutOwnModel,
-    )
-    from cube_ray.aggregate._options import (
-        AggregateOptions,
-        BoundsOptions,
-        WeightsError,
-    )
-    from cube_ray.aggregate._paired import (
-        Replicates,
-        compare_systems,
-        paired_comparison,
-        shared_questions,
-    )
-    from cube_ray.aggregate._paired_runs import RunsComparison, RunTables, compare_runs
-    from cube_ray.aggregate._qualification import (
-        MISSES_FAULTS,
-        TOO_FEW_FAULTS,
-        QualificationInput,
-        fault_detection,
-        fault_misses,
-        qualification_block,
-    )
-    from cube_ray.aggregate._replicate_rows import k_of
-    from cube_ray.aggregate._resample import (
-        DEFAULT_INTERVAL,
-        DEFAULT_RESAMPLES,
-        DEFAULT_SEED,
-        INTERVAL_METHODS,
-        IntervalMethod,
-        bca_interval,
-        check_method,
-        interval_of,
-        jackknife_indices,
-        percentile_interval,
-        resample_indices,
-        strata_positions,
-    )
-    from cube_ray.aggregate._separation import (
-        MIN_NONZERO_PAIRS,
-        NOT_SEPARATED,
-        separated,
-        wilcoxon_greater,
-    )
-    from cube_ray.aggregate._summary import DEGENERATE, OUTSIDE, WEIGHTED, summarize
-    from cube_ray.aggregate._text import (
-        bleu,
-        lcs_length,
-        rouge_l,
-        text_baselines,
-        tokenize,
-    )
-
-__all__ = [
-    "BOUNDS_NOT_SEPARATED",
-    "BOUND_UNAVAILABLE",
-    "COUNT",
-    "CUBE",
-    "DEFAULT_INTERVAL",
-    "DEFAULT_RESAMPLES",
-    "DEFAULT_SEED",
-    "DEGENERATE",
-    "DEGENERATE_BOUNDS",
-    "HUMAN_JUDGE",
-    "INTERVAL_METHODS",
-    "MIN_NONZERO_PAIRS",
-    "MISSES_FAULTS",
-    "MISSING_SCORES",
-    "NOT_SEPARATED",
-    "NO_JUDGE_SEPARATES",
-    "NO_RETRIEVED_QUESTIONS",
-    "NO_SHARED_JURY",
-    "OUTSIDE",
-    "RANK_SCORE",
-    "RATER",
-    "SCHEMA_VERSION",
-    "SYSTEM_UNAVAILABLE",
-    "TOO_FEW_FAULTS",
-    "UNAVAILABLE_CODES",
-    "WEIGHTED",
-    "AcrossJudges",
-    "AggregateOptions",
-    "BootstrapResult",
-    "BoundsOptions",
-    "CalibratedAcross",
-    "CalibratedFigure",
-    "Calibration",
-    "CalibrationResult",
-    "Counts",
-    "CrossJudgeFigure",
-    "CubeReplicates",
-    "FigureInterval",
-    "FixedWeights",
-    "Flag",
-    "HumanComparison",
-    "IntervalMethod",
-    "Intervals",
-    "JudgeDifference",
-    "JudgeFigures",
-    "PairStats",
-    "PairedComparison",
-    "Qualification",
-    "QualificationInput",
-    "Reason",
-    "Replicates",
-    "RunTables",
-    "RunsComparison",
-    "Sample",
-    "SampleStratum",
-    "Separation",
-    "Summary",
-    "SystemInterval",
-    "WeightsError",
-    "WithoutOwnModel",
-    "bca_interval",
-    "bleu",
-    "bootstrap_cube",
-    "calibrate",
-    "calibrated_value",
-    "check_method",
-    "compare_runs",
-    "compare_systems",
-    "compare_with_humans",
-    "cross_judge",
-    "effective_gain",
-    "evaluate_replicates",
-    "fault_detection",
-    "fault_misses",
-    "fixed_judge_mean",
-    "headline_intervals",
-    "histogram",
-    "incomplete_reasons",
-    "interval_of",
-    "jackknife_indices",
-    "judge_agreement",
-    "k_of",
-    "krippendorff_alpha_interval",
-    "lcs_length",
-    "normalise",
-    "pair_stats",
-    "paired_comparison",
-    "pearson",
-    "pearson_exprs",
-    "pearson_weights",
-    "percentile_interval",
-    "power_tuned_lambda",
-    "qualification_block",
-    "rank_correlations",
-    "rank_scores",
-    "recall_at_k",
-    "recall_curve",
-    "resample_indices",
-    "rouge_l",
-    "score_matrix",
-    "separated",
-    "shared_questions",
-    "strata_positions",
-    "summarize",
-    "summary_replicates",
-    "text_baselines",
-    "tokenize",
-    "trim_count",
-    "trimmed_mean_exprs",
-    "trimmed_means",
-    "unavailable_sets",
-    "weighted_totals",
-    "wilcoxon_greater",
-    "with_calibration",
-    "with_intervals",
-]
-
-_HOME = {
-    "BOUND_UNAVAILABLE": "_availability",
-    "SYSTEM_UNAVAILABLE": "_availability",
-    "UNAVAILABLE_CODES": "_availability",
-    "incomplete_reasons": "_availability",
-    "unavailable_sets": "_availability",
-    "COUNT": "_math",
-    "RANK_SCORE": "_math",
-    "cross_judge": "_math",
-    "histogram": "_math",
-    "normalise": "_math",
-    "pearson": "_math",
-    "pearson_exprs": "_math",
-    "pearson_weights": "_math",
-    "rank_scores": "_math",
-    "recall_at_k": "_math",
-    "trim_count": "_math",
-    "trimmed_mean_exprs": "_math",
-    "trimmed_means": "_math",
-    "CubeReplicates": "_bootstrap",
-    "FixedWeights": "_bootstrap",
-    "evaluate_replicates": "_bootstrap",
-    "fixed_judge_mean": "_bootstrap",
-    "k_of": "_replicate_rows",
-    "CalibrationResult": "_calibrated",
-    "calibrate": "_calibrated",
-    "calibrated_value": "_calibrated",
-    "effective_gain": "_calibrated",
-    "power_tuned_lambda": "_calibrated",
-    "with_calibration": "_calibrated",
-    "CalibratedAcross": "_model",
-    "CalibratedFigure": "_model",
-    "Calibration": "_model",
-    "BootstrapResult": "_intervals",
-    "bootstrap_cube": "_intervals",
-    "headline_intervals": "_intervals",
-    "with_intervals": "_intervals",
-    "summary_replicates": "_intervals",
-    "Replicates": "_paired",
-    "compare_systems": "_paired",
-    "paired_comparison": "_paired",
-    "shared_questions": "_paired",
-    "RunTables": "_paired_runs",
-    "RunsComparison": "_paired_runs",
-    "compare_runs": "_paired_runs",
-    "JudgeDifference": "_model",
-    "PairedComparison": "_model",
-    "NO_SHARED_JURY": "_model",
-    "interval_of": "_resample",
-    "weighted_totals": "_math",
-    "BOUNDS_NOT_SEPARATED": "_model",
-    "DEGENERATE_BOUNDS": "_model",
-    "MISSING_SCORES": "_model",
-    "NO_JUDGE_SEPARATES": "_model",
-    "NO_RETRIEVED_QUESTIONS": "_model",
-    "SCHEMA_VERSION": "_model",
-    "FigureInterval": "_model",
-    "Intervals": "_model",
-    "Reason": "_model",
-    "Summary": "_model",
-    "SystemInterval": "_model",
-    "WithoutOwnModel": "_model",
-    "DEFAULT_INTERVAL": "_resample",
-    "DEFAULT_RESAMPLES": "_resample",
-    "DEFAULT_SEED": "_resample",
-    "INTERVAL_METHODS": "_resample",
-    "IntervalMethod": "_resample",
-    "bca_interval": "_resample",
-    "check_method": "_resample",
-    "jackknife_indices": "_resample",
-    "percentile_interval": "_resample",
-    "resample_indices": "_resample",
-    "strata_positions": "_resample",
-    "HUMAN_JUDGE": "_agreement",
-    "RATER": "_agreement",
-    "HumanComparison": "_agreement",
-    "PairStats": "_agreement",
-    "compare_with_humans": "_agreement",
-    "judge_agreement": "_agreement",
-    "krippendorff_alpha_interval": "_agreement",
-    "pair_stats": "_agreement",
-    "score_matrix": "_agreement",
-    "bleu": "_text",
-    "lcs_length": "_text",
-    "rouge_l": "_text",
-    "text_baselines": "_text",
-    "tokenize": "_text",
-    "rank_correlations": "_diagnostics",
-    "recall_curve": "_diagnostics",
-    "AcrossJudges": "_model",
-    "CrossJudgeFigure": "_model",
-    "Flag": "_model",
-    "JudgeFigures": "_model",
-    "Separation": "_model",
-    "Counts": "_model",
-    "Sample": "_model",
-    "SampleStratum": "_model",
-    "Qualification": "_model",
-    "CUBE": "_frames",
-    "AggregateOptions": "_options",
-    "BoundsOptions": "_options",
-    "WeightsError": "_options",
-    "MISSES_FAULTS": "_qualification",
-    "TOO_FEW_FAULTS": "_qualification",
-    "QualificationInput": "_qualification",
-    "fault_detection": "_qualification",
-    "fault_misses": "_qualification",
-    "qualification_block": "_qualification",
-    "MIN_NONZERO_PAIRS": "_separation",
-    "NOT_SEPARATED": "_separation",
-    "separated": "_separation",
-    "wilcoxon_greater": "_separation",
-    "DEGENERATE": "_summary",
-    "OUTSIDE": "_summary",
-    "WEIGHTED": "_summary",
-    "summarize": "_summary",
-}
-"""Where each exported name lives."""
-
-
-def __getattr__(name: str) -> Any:
-    """An exported name, imported from its module on first use."""
-    module = _HOME.get(name)
-    if module is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+from cube_ray.aggregate._agreement import (
+    HUMAN_JUDGE as HUMAN_JUDGE,
+)
+from cube_ray.aggregate._agreement import (
+    RATER as RATER,
+)
+from cube_ray.aggregate._agreement import (
+    HumanComparison as HumanComparison,
+)
+from cube_ray.aggregate._agreement import (
+    PairStats as PairStats,
+)
+from cube_ray.aggregate._agreement import (
+    compare_with_humans as compare_with_humans,
+)
+from cube_ray.aggregate._agreement import (
+    judge_agreement as judge_agreement,
+)
+from cube_ray.aggregate._agreement import (
+    krippendorff_alpha_interval as krippendorff_alpha_interval,
+)
+from cube_ray.aggregate._agreement import (
+    pair_stats as pair_stats,
+)
+from cube_ray.aggregate._agreement import (
+    score_matrix as score_matrix,
+)
+from cube_ray.aggregate._availability import (
+    BOUND_UNAVAILABLE as BOUND_UNAVAILABLE,
+)
+from cube_ray.aggregate._availability import (
+    SYSTEM_UNAVAILABLE as SYSTEM_UNAVAILABLE,
+)
+from cube_ray.aggregate._availability import (
+    UNAVAILABLE_CODES as UNAVAILABLE_CODES,
+)
+from cube_ray.aggregate._availability import (
+    incomplete_reasons as incomplete_reasons,
+)
+from cube_ray.aggregate._availability import (
+    unavailable_sets as unavailable_sets,
+)
+from cube_ray.aggregate._bootstrap import (
+    CubeReplicates as CubeReplicates,
+)
+from cube_ray.aggregate._bootstrap import (
+    FixedWeights as FixedWeights,
+)
+from cube_ray.aggregate._bootstrap import (
+    evaluate_replicates as evaluate_replicates,
+)
+from cube_ray.aggregate._bootstrap import (
+    fixed_judge_mean as fixed_judge_mean,
+)
+from cube_ray.aggregate._calibrated import (
+    CalibrationResult as CalibrationResult,
+)
+from cube_ray.aggregate._calibrated import (
+    calibrate as calibrate,
+)
+from cube_ray.aggregate._calibrated import (
+    calibrated_value as calibrated_value,
+)
+from cube_ray.aggregate._calibrated import (
+    effective_gain as effective_gain,
+)
+from cube_ray.aggregate._calibrated import (
+    power_tuned_lambda as power_tuned_lambda,
+)
+from cube_ray.aggregate._calibrated import (
+    with_calibration as with_calibration,
+)
+from cube_ray.aggregate._diagnostics import (
+    rank_correlations as rank_correlations,
+)
+from cube_ray.aggregate._diagnostics import (
+    recall_curve as recall_curve,
+)
+from cube_ray.aggregate._frames import (
+    CUBE as CUBE,
+)
+from cube_ray.aggregate._intervals import (
+    BootstrapResult as BootstrapResult,
+)
+from cube_ray.aggregate._intervals import (
+    bootstrap_cube as bootstrap_cube,
+)
+from cube_ray.aggregate._intervals import (
+    headline_intervals as headline_intervals,
+)
+from cube_ray.aggregate._intervals import (
+    summary_replicates as summary_replicates,
+)
+from cube_ray.aggregate._intervals import (
+    with_intervals as with_intervals,
+)
+from cube_ray.aggregate._math import (
+    COUNT as COUNT,
+)
+from cube_ray.aggregate._math import (
+    RANK_SCORE as RANK_SCORE,
+)
+from cube_ray.aggregate._math import (
+    cross_judge as cross_judge,
+)
+from cube_ray.aggregate._math import (
+    histogram as histogram,
+)
+from cube_ray.aggregate._math import (
+    normalise as normalise,
+)
+from cube_ray.aggregate._math import (
+    pearson as pearson,
+)
+from cube_ray.aggregate._math import (
+    pearson_exprs as pearson_exprs,
+)
+from cube_ray.aggregate._math import (
+    pearson_weights as pearson_weights,
+)
+from cube_ray.aggregate._math import (
+    rank_scores as rank_scores,
+)
+from cube_ray.aggregate._math import (
+    recall_at_k as recall_at_k,
+)
+from cube_ray.aggregate._math import (
+    trim_count as trim_count,
+)
+from cube_ray.aggregate._math import (
+    trimmed_mean_exprs as trimmed_mean_exprs,
+)
+from cube_ray.aggregate._math import (
+    trimmed_means as trimmed_means,
+)
+from cube_ray.aggregate._math import (
+    weighted_totals as weighted_totals,
+)
+from cube_ray.aggregate._model import (
+    BOUNDS_NOT_SEPARATED as BOUNDS_NOT_SEPARATED,
+)
+from cube_ray.aggregate._model import (
+    DEGENERATE_BOUNDS as DEGENERATE_BOUNDS,
+)
+from cube_ray.aggregate._model import (
+    MISSING_SCORES as MISSING_SCORES,
+)
+from cube_ray.aggregate._model import (
+    NO_JUDGE_SEPARATES as NO_JUDGE_SEPARATES,
+)
+from cube_ray.aggregate._model import (
+    NO_RETRIEVED_QUESTIONS as NO_RETRIEVED_QUESTIONS,
+)
+from cube_ray.aggregate._model import (
+    NO_SHARED_JURY as NO_SHARED_JURY,
+)
+from cube_ray.aggregate._model import (
+    SCHEMA_VERSION as SCHEMA_VERSION,
+)
+from cube_ray.aggregate._model import (
+    AcrossJudges as AcrossJudges,
+)
+from cube_ray.aggregate._model import (
+    CalibratedAcross as CalibratedAcross,
+)
+from cube_ray.aggregate._model import (
+    CalibratedFigure as CalibratedFigure,
+)
+from cube_ray.aggregate._model import (
+    Calibration as Calibration,
+)
+from cube_ray.aggregate._model import (
+    Counts as Counts,
+)
+from cube_ray.aggregate._model import (
+    CrossJudgeFigure as CrossJudgeFigure,
+)
+from cube_ray.aggregate._model import (
+    FigureInterval as FigureInterval,
+)
+from cube_ray.aggregate._model import (
+    Flag as Flag,
+)
+from cube_ray.aggregate._model import (
+    Intervals as Intervals,
+)
+from cube_ray.aggregate._model import (
+    JudgeDifference as JudgeDifference,
+)
+from cube_ray.aggregate._model import (
+    JudgeFigures as JudgeFigures,
+)
+from cube_ray.aggregate._model import (
+    PairedComparison as PairedComparison,
+)
+from cube_ray.aggregate._model import (
+    Qualification as Qualification,
+)
+from cube_ray.aggregate._model import (
+    Reason as Reason,
+)
+from cube_ray.aggregate._model import (
+    Sample as Sample,
+)
+from cube_ray.aggregate._model import (
+    SampleStratum as SampleStratum,
+)
+from cube_ray.aggregate._model import (
+    Separation as Separation,
+)
+from cube_ray.aggregate._model import (
+    Summary as Summary,
+)
+from cube_ray.aggregate._model import (
+    SystemInterval as SystemInterval,
+)
+from cube_ray.aggregate._model import (
+    WithoutOwnModel as WithoutOwnModel,
+)
+from cube_ray.aggregate._paired import (
+    Replicates as Replicates,
+)
+from cube_ray.aggregate._paired import (
+    compare_systems as compare_systems,
+)
+from cube_ray.aggregate._paired import (
+    paired_comparison as paired_comparison,
+)
+from cube_ray.aggregate._paired import (
+    shared_questions as shared_questions,
+)
+from cube_ray.aggregate._paired_runs import (
+    RunsComparison as RunsComparison,
+)
+from cube_ray.aggregate._paired_runs import (
+    RunTables as RunTables,
+)
+from cube_ray.aggregate._paired_runs import (
+    compare_runs as compare_runs,
+)
+from cube_ray.aggregate._qualification import (
+    FALSE_ALARM as FALSE_ALARM,
+)
+from cube_ray.aggregate._qualification import (
+    MISSES_FAULTS as MISSES_FAULTS,
+)
+from cube_ray.aggregate._qualification import (
+    TOO_FEW_FAULTS as TOO_FEW_FAULTS,
+)
+from cube_ray.aggregate._qualification import (
+    QualificationInput as QualificationInput,
+)
+from cube_ray.aggregate._qualification import (
+    false_alarms as false_alarms,
+)
+from cube_ray.aggregate._qualification import (
+    fault_detection as fault_detection,
+)
+from cube_ray.aggregate._qualification import (
+    fault_misses as fault_misses,
+)
+from cube_ray.aggregate._qualification import (
+    qualification_block as qualification_block,
+)
+from cube_ray.aggregate._replicate_rows import (
+    k_of as k_of,
+)
+from cube_ray.aggregate._resample import (
+    DEFAULT_INTERVAL as DEFAULT_INTERVAL,
+)
+from cube_ray.aggregate._resample import (
+    DEFAULT_RESAMPLES as DEFAULT_RESAMPLES,
+)
+from cube_ray.aggregate._resample import (
+    DEFAULT_SEED as DEFAULT_SEED,
+)
+from cube_ray.aggregate._resample import (
+    INTERVAL_METHODS as INTERVAL_METHODS,
+)
+from cube_ray.aggregate._resample import (
+    IntervalMethod as IntervalMethod,
+)
+from cube_ray.aggregate._resample import (
+    bca_interval as bca_interval,
+)
+from cube_ray.aggregate._resample import (
+    check_method as check_method,
+)
+from cube_ray.aggregate._resample import (
+    interval_of as interval_of,
+)
+from cube_ray.aggregate._resample import (
+    jackknife_indices as jackknife_indices,
+)
+from cube_ray.aggregate._resample import (
+    percentile_interval as percentile_interval,
+)
+from cube_ray.aggregate._resample import (
+    resample_indices as resample_indices,
+)
+from cube_ray.aggregate._resample import (
+    strata_positions as strata_positions,
+)
+from cube_ray.aggregate._separation import (
+    MIN_NONZERO_PAIRS as MIN_NONZERO_PAIRS,
+)
+from cube_ray.aggregate._separation import (
+    NOT_SEPARATED as NOT_SEPARATED,
+)
+from cube_ray.aggregate._separation import (
+    separated as separated,
+)
+from cube_ray.aggregate._separation import (
+    wilcoxon_greater as wilcoxon_greater,
+)
+from cube_ray.aggregate._summary import (
+    DEGENERATE as DEGENERATE,
+)
+from cube_ray.aggregate._summary import (
+    OUTSIDE as OUTSIDE,
+)
+from cube_ray.aggregate._summary import (
+    WEIGHTED as WEIGHTED,
+)
+from cube_ray.aggregate._summary import (
+    summarize as summarize,
+)
+from cube_ray.aggregate._text import (
+    bleu as bleu,
+)
+from cube_ray.aggregate._text import (
+    lcs_length as lcs_length,
+)
+from cube_ray.aggregate._text import (
+    rouge_l as rouge_l,
+)
+from cube_ray.aggregate._text import (
+    text_baselines as text_baselines,
+)
+from cube_ray.aggregate._text import (
+    tokenize as tokenize,
+)
+from cube_ray.aggregate._weights import (
+    ResolvedWeights as ResolvedWeights,
+)
+from cube_ray.aggregate._weights import (
+    resolve_weights as resolve_weights,
+)
+from cube_ray.config import (
+    AggregateOptions as AggregateOptions,
+)
+from cube_ray.config import (
+    BoundsOptions as BoundsOptions,
+)
+from cube_ray.config import (
+    WeightsError as WeightsError,
+)

@@ -7,7 +7,6 @@ own CuBE (:func:`compare_with_humans`, by :func:`evaluate_replicates`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -19,7 +18,9 @@ from scipy import stats
 
 from cube_ray import schema
 from cube_ray.aggregate._bootstrap import FixedWeights, evaluate_replicates
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.aggregate._frames import finite, strings
+from cube_ray.aggregate._weights import WeightsSetting, resolve_weights
+from cube_ray.config import AggregateOptions
 
 __all__ = [
     "HUMAN_JUDGE",
@@ -41,6 +42,31 @@ HUMAN_JUDGE = "humans"
 """Judge name of the (rater-averaged) human scores."""
 RATER = "rater"
 """Column of the rater in a human-ratings table."""
+
+
+def people_weights(
+    spec: WeightsSetting, dimensions: Sequence[str], systems: Sequence[str]
+) -> dict[str, dict[str, dict[str, float]]] | None:
+    """The fixed weights of the people (:data:`HUMAN_JUDGE`) under ``spec``.
+
+    The setting's one ``{dimension: weight}`` map when it has one; equal
+    weights over every dimension when it is ``equal`` or per judge (the
+    people are no judge it names); None for Pearson weights, computed on the
+    ratings as on a judge's scores.
+
+    >>> people_weights({"j": {"a": 1.0}}, ["a", "b"], ["rag"])
+    {'humans': {'rag': {'a': 0.5, 'b': 0.5}}}
+    >>> people_weights({"a": 3.0, "b": 1.0}, ["a", "b"], ["rag"])["humans"]["rag"]
+    {'a': 0.75, 'b': 0.25}
+    """
+    if spec == "pearson":
+        return None
+    one_map = isinstance(spec, Mapping) and not any(
+        isinstance(v, Mapping) for v in spec.values()
+    )
+    table = resolve_weights(spec if one_map else "equal", [HUMAN_JUDGE], dimensions)
+    assert table.fixed is not None
+    return {HUMAN_JUDGE: {s: table.fixed[HUMAN_JUDGE] for s in systems}}
 
 
 def krippendorff_alpha_interval(data: FloatArray) -> float | None:
@@ -122,10 +148,6 @@ class PairStats:
     mae: float | None
 
 
-def _finite_or_none(x: float) -> float | None:
-    return None if math.isnan(x) or math.isinf(x) else float(x)
-
-
 def pair_stats(x: FloatArray, y: FloatArray) -> PairStats:
     """Pearson, Spearman and mean absolute error of two aligned columns.
 
@@ -144,7 +166,7 @@ def pair_stats(x: FloatArray, y: FloatArray) -> PairStats:
         return PairStats(n, None, None, mae)
     pearson = float(np.corrcoef(a, b)[0, 1])
     spearman = float(stats.spearmanr(a, b).statistic)
-    return PairStats(n, _finite_or_none(pearson), _finite_or_none(spearman), mae)
+    return PairStats(n, finite(pearson), finite(spearman), mae)
 
 
 def judge_agreement(
@@ -389,7 +411,15 @@ def compare_with_humans(
         )
         if sub_answers.height:
             hum = evaluate_replicates(
-                sub_answers, human, options=options, dimensions=dimensions
+                sub_answers,
+                human,
+                options=options,
+                dimensions=dimensions,
+                fixed_weights=people_weights(
+                    options.weights,
+                    dimensions,
+                    strings(sub_answers.get_column(schema.SYSTEM).unique()),
+                ),
             )
             jury = evaluate_replicates(
                 sub_answers,
@@ -414,11 +444,9 @@ def compare_with_humans(
                     {
                         "system": system,
                         "questions": n_q,
-                        "human_cube": _nan_none(float(hum.cube[0, si, 0])),
-                        "human_weighted": _nan_none(
-                            float(hum.normalized[0, si, 0, -1])
-                        ),
-                        "jury_cube_same_questions": _nan_none(jury_cube),
+                        "human_cube": finite(float(hum.cube[0, si, 0])),
+                        "human_weighted": finite(float(hum.normalized[0, si, 0, -1])),
+                        "jury_cube_same_questions": finite(jury_cube),
                     }
                 )
     cube = pl.DataFrame(
@@ -432,7 +460,3 @@ def compare_with_humans(
         },
     )
     return HumanComparison(agreement, rater_frame, cube, human.height)
-
-
-def _nan_none(x: float) -> float | None:
-    return None if np.isnan(x) else x

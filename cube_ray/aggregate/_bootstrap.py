@@ -5,10 +5,11 @@ rows, the counts turn every replicate into histogram rows, and the kernels of
 :mod:`cube_ray.aggregate._math` that already accept a count column
 (:func:`trimmed_means`, :func:`pearson`) compute every replicate of every judge,
 system and dimension in one grouped aggregation keyed by the replicate
-(``_b``). Weights (:func:`pearson_weights`), weighted totals
-(:func:`weighted_totals`) and the normalisation (:func:`normalise`) are the
-aggregation's own, applied to the small per-replicate frames. Replicates are
-processed in blocks that bound the joined rows (memory).
+(``_b``). Sections 6 to 8 (weights, weighted totals, normalisation, CuBE)
+are :func:`~cube_ray.aggregate._figures.replicate_figures`, the kernel whose
+replicate zero is the summary's figures, applied to the small per-replicate
+frames. Replicates are processed in blocks that bound the joined rows
+(memory).
 
 The result is laid out as arrays ``[judge, system, replicate, ...]`` so that
 interval code (and a later paired comparison of two systems on the *same*
@@ -31,7 +32,12 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._frames import MIN_SPAN
+from cube_ray.aggregate._figures import (
+    FixedWeights,
+    Sizes,
+    fixed_weight_rows,
+    replicate_figures,
+)
 from cube_ray.aggregate._math import (
     COUNT,
     FALLBACK,
@@ -39,13 +45,9 @@ from cube_ray.aggregate._math import (
     TRIMMED_MEAN,
     WEIGHT,
     R,
-    normalise,
     pearson,
-    pearson_weights,
     trimmed_means,
-    weighted_totals,
 )
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._replicate_rows import (
     DCODE,
     GROUP,
@@ -55,10 +57,11 @@ from cube_ray.aggregate._replicate_rows import (
     SETCODE,
     CodedTables,
     blocks,
-    code_grid,
     decode,
     prepare,
 )
+from cube_ray.aggregate._weights import resolve_weights
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import ConfigError
 
 __all__ = [
@@ -71,9 +74,6 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-
-FixedWeights = Mapping[str, Mapping[str, Mapping[str, float | None]]]
-"""``judge -> system -> dimension -> weight`` as recorded in ``summary.json``."""
 
 
 def fixed_judge_mean(values: FloatArray, used: BoolArray) -> FloatArray:
@@ -158,37 +158,25 @@ def _block_frames(
     return tuple(pl.collect_all(plans))
 
 
-def _fixed_weight_rows(
+def _fixed_rows(
     t: CodedTables,
     options: AggregateOptions,
     fixed_weights: FixedWeights | None,
-) -> pl.DataFrame:
-    """``_s, _j, _d, weight`` of fixed (non-Pearson) weights, rescaled to 1."""
-    nd = len(t.dimensions)
-    rows = []
-    for si, system in enumerate(t.systems):
-        for ji, judge in enumerate(t.judges):
-            table: Mapping[str, Any] | None = None
-            if fixed_weights is not None:
-                table = fixed_weights.get(judge, {}).get(system)
-            elif isinstance(options.weights, Mapping):
-                inner = options.weights.get(judge, options.weights)
-                table = inner if isinstance(inner, Mapping) else None
-            values = [float((table or {}).get(d) or 0.0) for d in t.dimensions]
-            total = sum(values)
-            for di in range(nd):
-                w = values[di] / total if table and total > 0 else 1.0 / nd
-                rows.append((si, ji, di, w))
-    return pl.DataFrame(
-        rows,
-        schema={
-            SCODE: pl.UInt32,
-            JCODE: pl.UInt32,
-            DCODE: pl.UInt32,
-            WEIGHT: pl.Float64,
-        },
-        orient="row",
-    )
+) -> pl.DataFrame | None:
+    """``_s, _j, _d, weight`` of the fixed weights; None for Pearson weights.
+
+    The recorded weights when given, else the setting's
+    (:func:`~cube_ray.aggregate._weights.resolve_weights`).
+    """
+    if options.weights == "pearson":
+        return None
+    if fixed_weights is None:
+        table = resolve_weights(
+            options.weights, t.judges, t.dimensions, scored=t.scored
+        ).fixed
+        assert table is not None
+        fixed_weights = {j: {s: table[j] for s in t.systems} for j in t.judges}
+    return fixed_weight_rows(fixed_weights, t.judges, t.systems, t.dimensions)
 
 
 def _scatter(
@@ -285,66 +273,23 @@ def _figures(
     fixed_weights: FixedWeights | None,
     judges: Mapping[str, Sequence[str]] | None,
 ) -> CubeReplicates:
-    """Weights, weighted totals, normalisation and CuBE of every replicate."""
+    """Sections 6 to 8 of every replicate, laid out as arrays."""
     nj, ns, nd = len(t.judges), len(t.systems), len(t.dimensions)
-    i64 = [pl.col(c).cast(pl.Int64) for c in (REP,)]
-    corr = decode(corr.with_columns(i64), t, sets=False)
-    grid = code_grid(nb, t).join(corr, on=[REP, SCODE, JCODE, DCODE], how="left")
-    if options.weights == "pearson":
-        weights = pearson_weights(grid, by=[REP, SCODE, JCODE], r=R)
-    else:
-        fixed = _fixed_weight_rows(t, options, fixed_weights).with_columns(
-            pl.col(SCODE, JCODE, DCODE).cast(pl.Int64)
-        )
-        weights = grid.join(fixed, on=[SCODE, JCODE, DCODE], how="left").with_columns(
-            pl.lit(False).alias(FALLBACK)
-        )
-
-    rag = decode(tm_rag.with_columns(i64), t, sets=False).with_columns(
-        pl.lit(2, dtype=pl.Int64).alias(SETCODE)
+    rep = pl.col(REP).cast(pl.Int64)
+    figs = replicate_figures(
+        decode(corr.with_columns(rep), t, sets=False),
+        decode(tm_rag.with_columns(rep), t, sets=False),
+        decode(tm_bounds.with_columns(rep), t, sets=True),
+        recall.with_columns(rep),
+        replicates=nb,
+        sizes=Sizes(ns, nj, nd),
+        fixed=_fixed_rows(t, options, fixed_weights),
+        paired=options.bounds_on == "paired",
     )
-    bounds = decode(tm_bounds.with_columns(i64), t, sets=True)
-    if options.bounds_on != "paired":
-        bounds = bounds.drop(SCODE).join(
-            pl.DataFrame({SCODE: np.arange(ns, dtype=np.int64)}), how="cross"
-        )
-    keys = [REP, SCODE, JCODE, SETCODE, DCODE]
-    trimmed = code_grid(nb, t, (SETCODE, 3)).join(
-        pl.concat(
-            [rag.select(*keys, TRIMMED_MEAN), bounds.select(*keys, TRIMMED_MEAN)]
-        ),
-        on=keys,
-        how="left",
-    )
-    totals = weighted_totals(
-        trimmed.join(
-            weights.select(REP, SCODE, JCODE, DCODE, WEIGHT),
-            on=[REP, SCODE, JCODE, DCODE],
-        ),
-        by=[REP, SCODE, JCODE, SETCODE],
-    ).with_columns(pl.lit(nd, dtype=pl.Int64).alias(DCODE))
-    figures = pl.concat(
-        [trimmed.select(*keys, TRIMMED_MEAN), totals.select(*keys, TRIMMED_MEAN)]
-    )
-    wide = figures.pivot(
-        on=SETCODE, index=[REP, SCODE, JCODE, DCODE], values=TRIMMED_MEAN
-    )
-    for code in ("0", "1", "2"):
-        if code not in wide.columns:
-            wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(code))
-    norm = wide.with_columns(
-        normalise(pl.col("2"), pl.col("0"), pl.col("1"), min_span=MIN_SPAN).alias(
-            "normalized"
-        )
-    )
-    recall = recall.with_columns(pl.col(REP, SCODE).cast(pl.Int64))
-    cube = norm.filter(pl.col(DCODE) == nd).join(recall, on=[REP, SCODE], how="left")
-    cube = cube.with_columns((pl.col("normalized") * pl.col("recall")).alias("cube"))
-
     jsb = (nj, ns, nb)
     trimmed_arrays = {
         name: _scatter(
-            figures.filter(pl.col(SETCODE) == code),
+            figs.figures.filter(pl.col(SETCODE) == code),
             (*jsb, nd + 1),
             [JCODE, SCODE, REP, DCODE],
             TRIMMED_MEAN,
@@ -352,22 +297,21 @@ def _figures(
         for code, name in enumerate(("zero", "full", "system"))
     }
     fallback = np.zeros(jsb, dtype=bool)
-    fb = weights.filter(pl.col(FALLBACK)).select(JCODE, SCODE, REP).unique()
+    fb = figs.weights.filter(pl.col(FALLBACK)).select(JCODE, SCODE, REP).unique()
     if fb.height:
         fallback[tuple(fb.get_column(c).to_numpy() for c in (JCODE, SCODE, REP))] = True
+    at = [JCODE, SCODE, REP, DCODE]
     return CubeReplicates(
         judges=t.judges,
         systems=t.systems,
         dimensions=t.dimensions,
-        recall=_scatter(recall, (ns, nb), [SCODE, REP], "recall"),
-        correlations=_scatter(corr, (*jsb, nd), [JCODE, SCODE, REP, DCODE], R),
-        weights=_scatter(weights, (*jsb, nd), [JCODE, SCODE, REP, DCODE], WEIGHT),
+        recall=_scatter(recall.with_columns(rep), (ns, nb), [SCODE, REP], "recall"),
+        correlations=_scatter(figs.weights, (*jsb, nd), at, R),
+        weights=_scatter(figs.weights, (*jsb, nd), at, WEIGHT),
         equal_fallback=fallback,
         trimmed=trimmed_arrays,
-        normalized=_scatter(
-            norm, (*jsb, nd + 1), [JCODE, SCODE, REP, DCODE], "normalized"
-        ),
-        cube=_scatter(cube, jsb, [JCODE, SCODE, REP], "cube"),
+        normalized=_scatter(figs.norm, (*jsb, nd + 1), at, "normalized"),
+        cube=_scatter(figs.cube, jsb, [JCODE, SCODE, REP], "cube"),
         used=_used_mask(t.judges, t.systems, judges),
     )
 

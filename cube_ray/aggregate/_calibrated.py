@@ -33,7 +33,12 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores, rater_agreement
+from cube_ray.aggregate._agreement import (
+    HUMAN_JUDGE,
+    _human_scores,
+    people_weights,
+    rater_agreement,
+)
 from cube_ray.aggregate._bootstrap import (
     CubeReplicates,
     FixedWeights,
@@ -41,6 +46,7 @@ from cube_ray.aggregate._bootstrap import (
     fixed_judge_mean,
 )
 from cube_ray.aggregate._calibrated_checks import check_ratings, people_separation
+from cube_ray.aggregate._frames import finite, strings
 from cube_ray.aggregate._model import (
     CalibratedAcross,
     CalibratedFigure,
@@ -49,26 +55,26 @@ from cube_ray.aggregate._model import (
     RaterAgreement,
     Summary,
 )
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._ppi import (
     calibrated_value,
     effective_gain,
     power_tuned_lambda,
     two_sample_jackknife,
 )
-from cube_ray.aggregate._replicate_rows import scored_dimensions
+from cube_ray.aggregate._replicate_rows import scored_by_judge, scored_dimensions
 from cube_ray.aggregate._resample import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Interval,
     IntervalMethod,
-    bca_interval,
     check_method,
+    interval_of,
     jackknife_indices,
-    percentile_interval,
     resample_indices,
     strata_positions,
 )
+from cube_ray.aggregate._weights import resolve_weights
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = [
@@ -130,17 +136,6 @@ def _resample(
     )
 
 
-def _interval(
-    values: FloatArray,
-    estimate: float,
-    jackknife: FloatArray | None,
-    confidence: float,
-) -> Interval:
-    if jackknife is None:
-        return percentile_interval(values, confidence)
-    return bca_interval(values, estimate, jackknife, confidence)
-
-
 _NO: Interval = (None, None)
 """No interval."""
 
@@ -149,8 +144,211 @@ def _figure(ci: Interval) -> FigureInterval:
     return FigureInterval.of(ci[0], ci[1])
 
 
-def _none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+def _fixed_weights(
+    options: AggregateOptions,
+    recorded: FixedWeights | None,
+    answers: pl.DataFrame,
+    scores: pl.DataFrame,
+    judges: list[str],
+    dimensions: list[str],
+) -> FixedWeights | None:
+    """The judges' fixed weights (recorded, else the setting's) and the people's.
+
+    None for Pearson weights, computed on every replicate.
+    """
+    systems = strings(answers.get_column(schema.SYSTEM).unique())
+    people = people_weights(options.weights, dimensions, systems)
+    if people is None:
+        return None
+    if recorded is None:
+        table = resolve_weights(
+            options.weights,
+            judges,
+            dimensions,
+            scored=scored_by_judge(scores, dimensions),
+        ).fixed
+        assert table is not None
+        recorded = {j: {s: table[j] for s in systems} for j in judges}
+    return {**recorded, **people}
+
+
+Series = tuple[FloatArray, float, FloatArray | None]
+"""One figure's replicates, its value on the sample as drawn, and its
+jackknife values (None without BCa)."""
+
+
+@dataclass(frozen=True)
+class _Replicates:
+    """One figure set on L (people and judges) and on U (judges only).
+
+    ``boot`` over resamples, ``point`` on the sample as drawn (one column),
+    ``jack`` leave-one-out (BCa only); U's are None without unlabeled questions.
+    """
+
+    lab: CubeReplicates
+    lab_pt: CubeReplicates
+    lab_jk: CubeReplicates | None
+    unl: CubeReplicates | None
+    unl_pt: CubeReplicates | None
+    unl_jk: CubeReplicates | None
+
+    def labeled(self, judge: str, si: int) -> Series:
+        """A judge's (or the people's) CuBE of system ``si`` on L."""
+        ji = self.lab.judges.index(judge)
+        return (
+            self.lab.cube[ji, si],
+            float(self.lab_pt.cube[ji, si, 0]),
+            self.lab_jk.cube[ji, si] if self.lab_jk is not None else None,
+        )
+
+    def unlabeled(self, judge: str, system: str) -> Series | None:
+        """A judge's CuBE of ``system`` on U (None: no U, or not there)."""
+        if self.unl is None or self.unl_pt is None or system not in self.unl.systems:
+            return None
+        su, ui = self.unl.systems.index(system), self.unl.judges.index(judge)
+        return (
+            self.unl.cube[ui, su],
+            float(self.unl_pt.cube[ui, su, 0]),
+            self.unl_jk.cube[ui, su] if self.unl_jk is not None else None,
+        )
+
+    def jury_labeled(self, chosen: Sequence[str], si: int) -> Series:
+        """The mean CuBE of the ``chosen`` judges (the headline's) on L."""
+        mask = np.array([[j in chosen] for j in self.lab.judges])
+        return (
+            fixed_judge_mean(self.lab.cube[:, si : si + 1], mask)[0],
+            float(fixed_judge_mean(self.lab_pt.cube[:, si : si + 1], mask)[0, 0]),
+            fixed_judge_mean(self.lab_jk.cube[:, si : si + 1], mask)[0]
+            if self.lab_jk is not None
+            else None,
+        )
+
+    def jury_unlabeled(self, chosen: Sequence[str], system: str) -> Series | None:
+        """The mean CuBE of the ``chosen`` judges on U (None: no U there)."""
+        if self.unl is None or self.unl_pt is None or system not in self.unl.systems:
+            return None
+        su = self.unl.systems.index(system)
+        mask = np.array([[j in chosen] for j in self.unl.judges])
+        return (
+            fixed_judge_mean(self.unl.cube[:, su : su + 1], mask)[0],
+            float(fixed_judge_mean(self.unl_pt.cube[:, su : su + 1], mask)[0, 0]),
+            fixed_judge_mean(self.unl_jk.cube[:, su : su + 1], mask)[0]
+            if self.unl_jk is not None
+            else None,
+        )
+
+
+def _checked_inputs(
+    scores: pl.DataFrame,
+    ratings: pl.DataFrame,
+    answers: pl.DataFrame,
+    dimensions: Sequence[str] | None,
+    n_resamples: int,
+    source: str | None,
+) -> tuple[list[str], list[str]]:
+    """The judges and dimensions of a calibration, once its inputs are checked."""
+    if n_resamples < 2:
+        raise InputError(
+            f"the calibration needs at least 2 resamples, got {n_resamples}; "
+            "give --resamples 1000 (the default)",
+            field="resamples",
+        )
+    judge_names = sorted(
+        str(j) for j in scores.get_column(schema.JUDGE).cast(pl.String).unique()
+    )
+    if HUMAN_JUDGE in judge_names:
+        raise InputError(
+            f"a judge is named {HUMAN_JUDGE!r}, the name the human ratings take; "
+            "rename the judge in the config.",
+            field=schema.JUDGE,
+        )
+    dims = scored_dimensions(scores, dimensions)
+    check_ratings(ratings, answers, dims, source)
+    if ratings.height == 0:
+        raise InputError("the human ratings have no rows", path=source)
+    return judge_names, dims
+
+
+def _keyed_rows(
+    scores: pl.DataFrame, ratings: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The judges' score rows and the people's (as the judge ``human``).
+
+    Keyed alike, so that L's rows are their concatenation.
+    """
+    cols = [schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
+    keyed = scores.select(
+        pl.col(schema.QUESTION_ID),
+        pl.col(cols[1:]).cast(pl.String),
+        pl.col(schema.SCORE).cast(pl.Float64),
+    )
+    human = _human_scores(ratings).select(
+        pl.col(schema.QUESTION_ID).cast(keyed.schema[schema.QUESTION_ID]),
+        pl.col(cols[1:]).cast(pl.String),
+        pl.col(schema.SCORE).cast(pl.Float64),
+    )
+    return keyed, human
+
+
+def _estimate(
+    h: Series,
+    jl: Series,
+    ju: Series | None,
+    judge_cube: float | None,
+    *,
+    n_labeled: int,
+    method: IntervalMethod,
+    confidence: float,
+) -> CalibratedFigure:
+    """Section 13's estimate for one figure, with its intervals.
+
+    From the people's figure on L (``h``), the judge's on L (``jl``) and on U
+    (``ju``): lambda tuned on the replicates, the calibrated figure and its
+    interval, the human-only figure and its interval.
+    """
+    hb, hp, hj = h
+    jlb, jlp, jlj = jl
+    if ju is None:
+        lam = 0.0
+        ub, up, uj = np.zeros_like(hb), 0.0, None
+    else:
+        ub, up, uj = ju
+        lam = power_tuned_lambda(hb, jlb, ub)
+    theta_b = calibrated_value(hb, jlb, ub, lam)
+    theta = float(calibrated_value(hp, jlp, up, lam))
+    jack = jack_h = None
+    if hj is not None and jlj is not None:
+        jack_h = two_sample_jackknife(hj)
+        jack_l = calibrated_value(hj, jlj, up, lam)
+        parts = [jack_l]
+        if uj is not None:
+            parts.append(calibrated_value(hp, jlp, uj, lam))
+        jack = two_sample_jackknife(*parts)
+    # No interval around a figure that is undefined on the sample as drawn
+    # (e.g. people's bounds not apart): replicates alone would give one.
+    ci = _NO
+    if math.isfinite(theta):
+        ci = interval_of(theta_b, theta, jack, method=method, confidence=confidence)
+    human_ci = _NO
+    if math.isfinite(hp):
+        human_ci = interval_of(hb, hp, jack_h, method=method, confidence=confidence)
+    gain = effective_gain(human_ci, ci)
+    return CalibratedFigure.model_validate(
+        {
+            "cube": finite(theta),
+            "interval": _figure(ci),
+            "n_labeled": n_labeled,
+            "lambda": lam,
+            "human_only": finite(hp),
+            "human_only_interval": _figure(human_ci),
+            "judge_cube": judge_cube,
+            "gain": gain,
+            "equivalent_labeled": (
+                round(gain * n_labeled) if gain is not None else None
+            ),
+            "n_defined": int(np.isfinite(theta_b).sum()),
+        }
+    )
 
 
 def calibrate(
@@ -208,53 +406,12 @@ def calibrate(
     """
     method = check_method(method)
     options = options or AggregateOptions()
-    if n_resamples < 2:
-        raise InputError(
-            f"the calibration needs at least 2 resamples, got {n_resamples}; "
-            "give --resamples 1000 (the default)",
-            field="resamples",
-        )
-    judge_names = sorted(
-        str(j) for j in scores.get_column(schema.JUDGE).cast(pl.String).unique()
+    judge_names, dims = _checked_inputs(
+        scores, ratings, answers, dimensions, n_resamples, source
     )
-    if HUMAN_JUDGE in judge_names:
-        raise InputError(
-            f"a judge is named {HUMAN_JUDGE!r}, the name the human ratings take; "
-            "rename the judge in the config.",
-            field=schema.JUDGE,
-        )
-    dims = scored_dimensions(scores, dimensions)
-    check_ratings(ratings, answers, dims, source)
-    if ratings.height == 0:
-        raise InputError("the human ratings have no rows", path=source)
-    cols = [schema.QUESTION_ID, schema.SYSTEM, schema.JUDGE, schema.DIMENSION]
-    keyed = scores.select(
-        pl.col(schema.QUESTION_ID),
-        pl.col(cols[1:]).cast(pl.String),
-        pl.col(schema.SCORE).cast(pl.Float64),
-    )
-    human = _human_scores(ratings).select(
-        pl.col(schema.QUESTION_ID).cast(keyed.schema[schema.QUESTION_ID]),
-        pl.col(cols[1:]).cast(pl.String),
-        pl.col(schema.SCORE).cast(pl.Float64),
-    )
+    keyed, human = _keyed_rows(scores, ratings)
     combined = pl.concat([keyed, human])
-    fixed = dict(fixed_weights) if fixed_weights is not None else None
-    if fixed is not None and isinstance(options.weights, Mapping):
-        flat = {
-            d: float(w)
-            for d, w in options.weights.items()
-            if isinstance(w, int | float)
-        }
-        if flat:
-            systems_all = answers.get_column(schema.SYSTEM).cast(pl.String).unique()
-            fixed[HUMAN_JUDGE] = {s: dict(flat) for s in systems_all.to_list()}
-    kwargs = {
-        "options": options,
-        "fixed_weights": fixed,
-        "dimensions": dims,
-        "judges": judges,
-    }
+    fixed = _fixed_weights(options, fixed_weights, answers, keyed, judge_names, dims)
 
     qid = answers.get_column(schema.QUESTION_ID)
     ordered = (
@@ -272,28 +429,39 @@ def calibrate(
     layers = strata_positions(ordered, strata) if strata is not None else None
 
     def run(idx: IntArray, rows: pl.DataFrame) -> CubeReplicates:
-        return evaluate_replicates(answers, rows, indices=idx, **kwargs)  # type: ignore[arg-type]
+        return evaluate_replicates(
+            answers,
+            rows,
+            indices=idx,
+            options=options,
+            fixed_weights=fixed,
+            dimensions=dims,
+            judges=judges,
+        )
 
-    lab = run(_resample(pos_l, layers, n_resamples, seed), combined)
-    lab_pt = run(pos_l[None, :], combined)
+    bca = method == "bca"
+    has_u = pos_u.size > 0
+    reps = _Replicates(
+        lab=run(_resample(pos_l, layers, n_resamples, seed), combined),
+        lab_pt=run(pos_l[None, :], combined),
+        lab_jk=run(pos_l[jackknife_indices(pos_l.size)], combined) if bca else None,
+        unl=run(_resample(pos_u, layers, n_resamples, seed + 1), keyed)
+        if has_u
+        else None,
+        unl_pt=run(pos_u[None, :], keyed) if has_u else None,
+        unl_jk=run(pos_u[jackknife_indices(pos_u.size)], keyed)
+        if bca and has_u
+        else None,
+    )
     # Section 10 on the people: their bounds must be apart on the audit.
     people_sep, reasons = people_separation(
-        human, answers, lab_pt, HUMAN_JUDGE, options=options, n_labeled=pos_l.size
+        human,
+        answers,
+        reps.lab_pt,
+        HUMAN_JUDGE,
+        options=options,
+        n_labeled=pos_l.size,
     )
-    has_u = pos_u.size > 0
-    unl = unl_pt = None
-    if has_u:
-        unl = run(_resample(pos_u, layers, n_resamples, seed + 1), keyed)
-        unl_pt = run(pos_u[None, :], keyed)
-    lab_jk = unl_jk = None
-    if method == "bca":
-        lab_jk = run(pos_l[jackknife_indices(pos_l.size)], combined)
-        if has_u:
-            unl_jk = run(pos_u[jackknife_indices(pos_u.size)], keyed)
-
-    h_idx = lab.judges.index(HUMAN_JUDGE)
-    jl_of = {j: i for i, j in enumerate(lab.judges)}
-    ju_of = {j: i for i, j in enumerate(unl.judges)} if unl is not None else {}
     all_pt = None
     if judge_cubes is None or jury_cubes is None:
         all_pt = evaluate_replicates(
@@ -306,116 +474,47 @@ def calibrate(
         )
 
     def estimate(
-        h: tuple[FloatArray, float, FloatArray | None],
-        jl: tuple[FloatArray, float, FloatArray | None],
-        ju: tuple[FloatArray, float, FloatArray | None] | None,
-        judge_cube: float | None,
+        h: Series, jl: Series, ju: Series | None, cube: float | None
     ) -> CalibratedFigure:
-        hb, hp, hj = h
-        jlb, jlp, jlj = jl
-        if ju is None:
-            lam = 0.0
-            ub, up, uj = np.zeros_like(hb), 0.0, None
-        else:
-            ub, up, uj = ju
-            lam = power_tuned_lambda(hb, jlb, ub)
-        theta_b = calibrated_value(hb, jlb, ub, lam)
-        theta = float(calibrated_value(hp, jlp, up, lam))
-        jack = jack_h = None
-        if hj is not None and jlj is not None:
-            jack_h = two_sample_jackknife(hj)
-            jack_l = calibrated_value(hj, jlj, up, lam)
-            parts = [jack_l]
-            if uj is not None:
-                parts.append(calibrated_value(hp, jlp, uj, lam))
-            jack = two_sample_jackknife(*parts)
-        # No interval around a figure that is undefined on the sample as drawn
-        # (e.g. people's bounds not apart): replicates alone would give one.
-        ci = (
-            _interval(theta_b, theta, jack, confidence) if math.isfinite(theta) else _NO
-        )
-        human_ci = _interval(hb, hp, jack_h, confidence) if math.isfinite(hp) else _NO
-        gain = effective_gain(human_ci, ci)
-        return CalibratedFigure.model_validate(
-            {
-                "cube": _none(theta),
-                "interval": _figure(ci),
-                "n_labeled": int(pos_l.size),
-                "lambda": lam,
-                "human_only": _none(hp),
-                "human_only_interval": _figure(human_ci),
-                "judge_cube": judge_cube,
-                "gain": gain,
-                "equivalent_labeled": (
-                    round(gain * pos_l.size) if gain is not None else None
-                ),
-                "n_defined": int(np.isfinite(theta_b).sum()),
-            }
+        return _estimate(
+            h,
+            jl,
+            ju,
+            cube,
+            n_labeled=int(pos_l.size),
+            method=method,
+            confidence=confidence,
         )
 
     calibrated: dict[str, dict[str, CalibratedFigure]] = {}
     across: dict[str, CalibratedAcross] = {}
-    for si, system in enumerate(lab.systems):
-        su = (
-            unl.systems.index(system)
-            if unl is not None and system in unl.systems
-            else None
-        )
-        h = (
-            lab.cube[h_idx, si],
-            float(lab_pt.cube[h_idx, si, 0]),
-            lab_jk.cube[h_idx, si] if lab_jk is not None else None,
-        )
+    for si, system in enumerate(reps.lab.systems):
+        h = reps.labeled(HUMAN_JUDGE, si)
         for judge in judge_names:
-            ji = jl_of[judge]
-            jl = (
-                lab.cube[ji, si],
-                float(lab_pt.cube[ji, si, 0]),
-                lab_jk.cube[ji, si] if lab_jk is not None else None,
-            )
-            ju = None
-            if unl is not None and unl_pt is not None and su is not None:
-                ui = ju_of[judge]
-                ju = (
-                    unl.cube[ui, su],
-                    float(unl_pt.cube[ui, su, 0]),
-                    unl_jk.cube[ui, su] if unl_jk is not None else None,
-                )
             if judge_cubes is not None:
                 jc = judge_cubes.get(judge, {}).get(system)
             else:
                 assert all_pt is not None
-                jc = _none(float(all_pt.cube[all_pt.judges.index(judge), si, 0]))
-            calibrated.setdefault(judge, {})[system] = estimate(h, jl, ju, jc)
+                jc = finite(float(all_pt.cube[all_pt.judges.index(judge), si, 0]))
+            calibrated.setdefault(judge, {})[system] = estimate(
+                h, reps.labeled(judge, si), reps.unlabeled(judge, system), jc
+            )
         # The jury: the headline's mean over its judges is the predictor.
-        used = [j for j in lab.judges if j != HUMAN_JUDGE]
+        used = [j for j in reps.lab.judges if j != HUMAN_JUDGE]
         chosen = list(judges.get(system, used)) if judges is not None else used
         if not chosen:
             continue
-        mask_l = np.array([[j in chosen] for j in lab.judges])
-        jl = (
-            fixed_judge_mean(lab.cube[:, si : si + 1], mask_l)[0],
-            float(fixed_judge_mean(lab_pt.cube[:, si : si + 1], mask_l)[0, 0]),
-            fixed_judge_mean(lab_jk.cube[:, si : si + 1], mask_l)[0]
-            if lab_jk is not None
-            else None,
-        )
-        ju = None
-        if unl is not None and unl_pt is not None and su is not None:
-            mask_u = np.array([[j in chosen] for j in unl.judges])
-            ju = (
-                fixed_judge_mean(unl.cube[:, su : su + 1], mask_u)[0],
-                float(fixed_judge_mean(unl_pt.cube[:, su : su + 1], mask_u)[0, 0]),
-                fixed_judge_mean(unl_jk.cube[:, su : su + 1], mask_u)[0]
-                if unl_jk is not None
-                else None,
-            )
         if jury_cubes is not None:
             jury = jury_cubes.get(system)
         else:
             assert all_pt is not None
-            jury = _none(float(all_pt.cube_mean[si, 0]))
-        fig = estimate(h, jl, ju, jury)
+            jury = finite(float(all_pt.cube_mean[si, 0]))
+        fig = estimate(
+            h,
+            reps.jury_labeled(chosen, si),
+            reps.jury_unlabeled(chosen, system),
+            jury,
+        )
         across[system] = CalibratedAcross(**fig.model_dump(), judges=chosen)
 
     block = Calibration(

@@ -19,14 +19,15 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate._bootstrap import CubeReplicates
+from cube_ray.aggregate._frames import finite
 from cube_ray.aggregate._model import Reason, Separation
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import (
     DELTA,
     paired_differences,
     separated,
     wilcoxon_greater,
 )
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = ["PEOPLE_NOT_SEPARATED", "check_ratings", "people_separation"]
@@ -170,7 +171,7 @@ def people_separation(
             figures.trimmed["full"][h, si, 0, -1]
             - figures.trimmed["zero"][h, si, 0, -1]
         )
-        gap_or_none = gap if np.isfinite(gap) else None
+        gap_or_none = finite(gap)
         sep = separated(gap_or_none, p, min_gap=options.min_gap, alpha=options.alpha)
         result[system] = Separation(
             gap=gap_or_none, p_value=p, n_pairs=int(deltas.size), separated=sep

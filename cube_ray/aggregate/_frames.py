@@ -22,13 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate._availability import unavailable_sets
 from cube_ray.aggregate._math import COUNT, RANK_SCORE, rank_scores
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import EngineType
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import ConfigError, InputError
 
 WEIGHTED = "weighted"
@@ -77,11 +78,16 @@ def strings(series: pl.Series) -> list[str]:
 def finite(value: Any) -> Any:
     """``value``, or None when it is a non-finite float (JSON has no NaN).
 
-    >>> finite(1.5), finite(float("nan")), finite("x")
-    (1.5, None, 'x')
+    The one null-for-JSON rule of the aggregation: a NumPy float comes back as
+    a Python float, anything else (an int, a string, None) as it is.
+
+    >>> finite(1.5), finite(float("nan")), finite(np.float64("inf")), finite("x")
+    (1.5, None, None, 'x')
+    >>> type(finite(np.float64(2.0)))
+    <class 'float'>
     """
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
     return value
 
 

@@ -24,9 +24,8 @@ from cube_ray.aggregate._bootstrap import (
     FloatArray,
     evaluate_replicates,
 )
-from cube_ray.aggregate._frames import CUBE
+from cube_ray.aggregate._frames import CUBE, finite
 from cube_ray.aggregate._model import FigureInterval, Intervals, Summary, SystemInterval
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._paired import Replicates, compare_systems
 from cube_ray.aggregate._resample import (
     DEFAULT_INTERVAL,
@@ -42,6 +41,7 @@ from cube_ray.aggregate._resample import (
     stratified_jackknife,
     within_strata,
 )
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = [
@@ -224,7 +224,7 @@ def _bootstrap(
                 for ji, judge in enumerate(rep.judges)
             },
             n_defined=int(np.isfinite(cube_b).sum()),
-            estimate=estimate if np.isfinite(estimate) else None,
+            estimate=finite(estimate),
         )
     return out, Replicates(rep, point, jack, jack_strata)
 

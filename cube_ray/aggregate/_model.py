@@ -18,8 +18,6 @@ example (``judges.<judge>.cube.<system>``, ``across_judges.<system>.<figure>``
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 __all__ = [
@@ -123,6 +121,26 @@ class Reason(BaseModel):
         return {k: v for k, v in out.items() if v is not None}
 
 
+class FigureInterval(_Model):
+    """A bootstrap interval; all three None when it is undefined."""
+
+    low: float | None
+    high: float | None
+    half_width: float | None
+    """``(high - low) / 2``: what ``cube-ray plan`` extrapolates (§11)."""
+
+    @classmethod
+    def of(cls, low: float | None, high: float | None) -> FigureInterval:
+        """The interval ``[low, high]``.
+
+        >>> FigureInterval.of(40.0, 50.0).half_width
+        5.0
+        """
+        if low is None or high is None:
+            return cls(low=None, high=None, half_width=None)
+        return cls(low=low, high=high, half_width=(high - low) / 2.0)
+
+
 class Separation(_Model):
     """Bound separation of one judge, system and figure (§10)."""
 
@@ -133,13 +151,38 @@ class Separation(_Model):
 
 
 class Qualification(_Model):
-    """Controlled-fault detection of one kind and dimension (§12)."""
+    """Controlled-fault detection of one kind and dimension (§12).
+
+    ``detected`` is the test net of the control (``net_drop``, ``net_p``);
+    ``false_alarm`` the test of the control alone. Summaries written before
+    controls lack the control fields (None): their ``detected`` was the fault's
+    own test.
+    """
 
     n: int
+    """Questions whose original, faulted copy and control were all scored."""
     skipped: int
+    """Sampled questions with no pair (the kind does not apply, no answer, or
+    no control)."""
     drop: float | None
+    """Mean ``score(original) - score(faulted)``."""
     p_value: float | None
     detected: bool
+    """``net_drop >= min_drop`` and ``net_p < alpha``."""
+    no_control: int | None = None
+    """Faults built without a control (in ``skipped``)."""
+    control_drop: float | None = None
+    """Mean ``score(original) - score(control)``."""
+    control_p: float | None = None
+    net_drop: float | None = None
+    """Mean of ``(original - faulted) - (original - control)``."""
+    net_p: float | None = None
+    false_alarm: bool | None = None
+    """``control_drop >= min_drop`` and ``control_p < alpha``."""
+    drop_interval: FigureInterval | None = None
+    """95 % bootstrap interval of ``drop`` over the questions."""
+    control_drop_interval: FigureInterval | None = None
+    net_drop_interval: FigureInterval | None = None
 
 
 class JudgeFigures(_Model):
@@ -251,26 +294,6 @@ class Flag(BaseModel):
     judge: str | None = None
     system: str | None = None
     figure: str | None = None
-
-
-class FigureInterval(_Model):
-    """A bootstrap interval; all three None when it is undefined."""
-
-    low: float | None
-    high: float | None
-    half_width: float | None
-    """``(high - low) / 2``: what ``cube-ray plan`` extrapolates (§11)."""
-
-    @classmethod
-    def of(cls, low: float | None, high: float | None) -> FigureInterval:
-        """The interval ``[low, high]``.
-
-        >>> FigureInterval.of(40.0, 50.0).half_width
-        5.0
-        """
-        if low is None or high is None:
-            return cls(low=None, high=None, half_width=None)
-        return cls(low=low, high=high, half_width=(high - low) / 2.0)
 
 
 class SystemInterval(_Model):
@@ -506,19 +529,9 @@ class Summary(_Model):
 
     def write(self, path: str | Path) -> Path:
         """Write ``summary.json`` atomically (a reader never sees half a file)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.to_json())
-            Path(tmp).replace(target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        from cube_ray.files import write_atomic
+
+        return write_atomic(path, self.to_json())
 
     @classmethod
     def from_json(cls, data: Any, *, path: str | Path | None = None) -> Summary:

@@ -26,6 +26,7 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate._bootstrap import CubeReplicates, FloatArray, fixed_judge_mean
+from cube_ray.aggregate._frames import finite
 from cube_ray.aggregate._model import (
     NO_SHARED_JURY,
     FigureInterval,
@@ -173,13 +174,13 @@ def paired_comparison(
     for i, judge in enumerate(judges):
         at = float(point[i, 0])
         per_judge[judge] = JudgeDifference(
-            difference=at if np.isfinite(at) else None,
+            difference=finite(at),
             interval=read(boot[i], at, None if jack is None else jack[i]),
         )
     return PairedComparison(
         first=names[0],
         second=names[1],
-        difference=estimate if np.isfinite(estimate) else None,
+        difference=finite(estimate),
         interval=read(across, estimate, None if jack is None else _mean(jack)),
         n_defined=int(np.isfinite(across).sum()),
         n_questions=n_questions,

@@ -33,8 +33,8 @@ from cube_ray.aggregate._math import (
     trimmed_mean_exprs,
     trimmed_means,
 )
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._separation import PairCodes, pair_codes
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
 
 _HISTOGRAM_MAX_DISTINCT = 2048

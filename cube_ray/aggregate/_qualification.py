@@ -1,13 +1,26 @@
 """Judge qualification with controlled faults (CUBE_METHOD.md section 12).
 
-Per judge, fault kind and dimension, and for the weighted total: the paired
-differences ``delta_q = score(original) - score(faulted)`` of the questions
-whose full-bound answer and its faulted copy both have a score; ``drop`` = mean
-delta; ``p`` = the one-sided Wilcoxon signed-rank p of ``delta > 0``
-(:func:`~cube_ray.aggregate._separation.wilcoxon_greater`, as section 10);
-**detected** = ``drop >= min_drop`` and ``p < alpha``. The weighted total of a
-question is the weight-sum of its dimension scores (every weighted dimension
-scored, else the question is left out of that figure). Pure Polars, no I/O.
+Per judge, fault kind and dimension, and for the weighted total, over the
+questions whose full-bound answer, its faulted copy and its control (a
+harmless edit of the same answer, ``<kind>:control``) all have a score:
+``delta_fault = score(original) - score(faulted)``, ``delta_control =
+score(original) - score(control)`` and ``d = delta_fault - delta_control``.
+
+- ``drop``/``p_value``: the mean ``delta_fault`` and the one-sided Wilcoxon
+  signed-rank p of ``delta_fault > 0``
+  (:func:`~cube_ray.aggregate._separation.wilcoxon_greater`, as section 10);
+- ``control_drop``/``control_p``: the same of ``delta_control``;
+  **false alarm** = ``control_drop >= min_drop`` and ``control_p < alpha``
+  (the judge punishes a harmless edit);
+- ``net_drop``/``net_p``: the same of ``d``; **detected** = ``net_drop >=
+  min_drop`` and ``net_p < alpha`` (the fault costs more than a harmless edit
+  of the same size and place).
+
+Each drop carries a 95 % bootstrap interval over the questions (seeded
+resamples, :func:`~cube_ray.aggregate._resample.resample_indices`). The
+weighted total of a question is the weight-sum of its dimension scores (every
+weighted dimension scored, else the question is left out of that figure).
+Pure Polars and numpy, no I/O.
 """
 
 from __future__ import annotations
@@ -16,17 +29,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from cube_ray import schema
+from cube_ray.aggregate._resample import (
+    DEFAULT_INTERVAL,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    FloatArray,
+    interval_of,
+    resample_indices,
+)
 from cube_ray.aggregate._separation import MIN_NONZERO_PAIRS, wilcoxon_greater
+from cube_ray.aggregate._weights import resolve_weights
+from cube_ray.qualification import CONTROL_SUFFIX, is_control
 
 __all__ = [
+    "FALSE_ALARM",
     "FAULT_KIND",
     "MISSES_FAULTS",
     "UNQUALIFIED",
     "QualificationInput",
     "QualificationResult",
+    "false_alarms",
     "fault_detection",
     "fault_misses",
     "fixed_weights",
@@ -40,7 +66,15 @@ FIGURE = "figure"
 """Column: a dimension's name or ``weighted``."""
 WEIGHTED = "weighted"
 MISSES_FAULTS = "misses faults"
-"""Flag of a judge that does not detect an expected fault kind on a dimension."""
+"""Flag of a judge that does not detect an expected fault kind on a dimension
+(net of its control)."""
+FALSE_ALARM = "punishes harmless edits"
+"""Flag of a judge whose score drops after a kind's control (an edit that keeps
+every fact): ``punishes harmless edits: <kind> control on <figure>``."""
+CONFIDENCE = 0.95
+"""Coverage of the drops' bootstrap intervals."""
+_INTERVALS = ("drop_interval", "control_drop_interval", "net_drop_interval")
+"""The keys of a test's intervals (``{low, high, half_width}`` each)."""
 TOO_FEW_FAULTS = "too few faults"
 """Flag of an expected kind with fewer than ``MIN_NONZERO_PAIRS`` scored faults:
 not tested (the sample's answers rarely allow that kind), so not a miss."""
@@ -115,6 +149,91 @@ def _weighted(
     )
 
 
+def _interval(
+    values: FloatArray, draws: np.ndarray[Any, Any] | None
+) -> dict[str, float | None]:
+    """The bootstrap interval of the mean of ``values`` (``draws``: positions)."""
+    n = values.size
+    if draws is None or n < 2:
+        return {"low": None, "high": None, "half_width": None}
+    mean = float(values.mean())
+    reps = values[draws].mean(axis=1)
+    jack = (values.sum() - values) / (n - 1)
+    low, high = interval_of(
+        reps, mean, jack, method=DEFAULT_INTERVAL, confidence=CONFIDENCE
+    )
+    if low is None or high is None:
+        return {"low": None, "high": None, "half_width": None}
+    return {"low": low, "high": high, "half_width": (high - low) / 2.0}
+
+
+def _test(
+    fault: FloatArray,
+    control: FloatArray,
+    *,
+    min_drop: float,
+    alpha: float,
+    draws: np.ndarray[Any, Any] | None,
+) -> dict[str, Any]:
+    """The figures of one judge, kind and figure from its paired deltas."""
+    net = fault - control
+    drop, control_drop, net_drop = (float(x.mean()) for x in (fault, control, net))
+    p, control_p, net_p = (wilcoxon_greater(x) for x in (fault, control, net))
+    return {
+        "n": int(fault.size),
+        "drop": drop,
+        "p_value": p,
+        "control_drop": control_drop,
+        "control_p": control_p,
+        "net_drop": net_drop,
+        "net_p": net_p,
+        "false_alarm": control_drop >= min_drop and control_p < alpha,
+        "detected": net_drop >= min_drop and net_p < alpha,
+        "drop_interval": _interval(fault, draws),
+        "control_drop_interval": _interval(control, draws),
+        "net_drop_interval": _interval(net, draws),
+    }
+
+
+def _empty(skipped: int, no_control: int) -> dict[str, Any]:
+    """A test with no scored pair: ``n = 0``, figures None, nothing found."""
+    none = {"low": None, "high": None, "half_width": None}
+    return {
+        "n": 0,
+        "skipped": skipped,
+        "no_control": no_control,
+        "drop": None,
+        "p_value": None,
+        "control_drop": None,
+        "control_p": None,
+        "net_drop": None,
+        "net_p": None,
+        "false_alarm": False,
+        "detected": False,
+        **{k: dict(none) for k in _INTERVALS},
+    }
+
+
+def _counts(faults: pl.DataFrame) -> dict[str, tuple[int, int]]:
+    """Fault kind -> (pairs not built, of which faults with no control)."""
+    from cube_ray.qualification._table import STATUS_NO_CONTROL
+
+    kind = pl.col(FAULT_KIND).cast(pl.String)
+    status = pl.col(schema.STATUS).cast(pl.String)
+    table = (
+        faults.filter(~kind.str.ends_with(CONTROL_SUFFIX))
+        .group_by(kind)
+        .agg(
+            (status != _STATUS_OK).sum().alias("skipped"),
+            (status == STATUS_NO_CONTROL).sum().alias("no_control"),
+        )
+    )
+    return {
+        str(r[FAULT_KIND]): (int(r["skipped"]), int(r["no_control"]))
+        for r in table.iter_rows(named=True)
+    }
+
+
 def fault_detection(
     original: pl.DataFrame,
     faulted: pl.DataFrame,
@@ -123,135 +242,155 @@ def fault_detection(
     weights: Mapping[str, Mapping[str, float]],
     min_drop: float,
     alpha: float,
-) -> pl.DataFrame:
-    """Per judge, kind and figure: n, skipped, drop, p_value, detected.
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """Per judge, fault kind and figure: the test of the fault net of its control.
 
     Args:
         original: Scores of the full-bound answers (rows of other systems
             are ignored).
-        faulted: Scores of the faulted answers (``system`` = fault kind).
+        faulted: Scores of the faulted answers and of their controls
+            (``system`` = the fault kind, or ``<kind>:control``).
         faults: The qualification table (``question_id``, ``kind``,
-            ``status``); rows whose status is not ``ok`` count as skipped.
+            ``status``); fault rows whose status is not ``ok`` count as
+            skipped (``no_control``: built, but no control).
         weights: Judge -> dimension -> weight (summing to 1) of the weighted
             total.
-        min_drop: Smallest mean drop for a detection.
-        alpha: Largest p-value for a detection.
+        min_drop: Smallest mean drop for a detection (and a false alarm).
+        alpha: Largest p-value for a detection (and a false alarm).
+        resamples: Bootstrap resamples of the intervals.
+        seed: Seed of the resamples.
 
     Returns:
-        Columns ``judge``, ``kind``, ``figure`` (a dimension or ``weighted``),
-        ``n``, ``skipped``, ``drop``, ``p_value``, ``detected``.
+        One dict per (judge, kind, figure) with a scored pair, sorted:
+        ``judge``, ``kind``, ``figure`` (a dimension or ``weighted``), ``n``,
+        ``skipped``, ``no_control``, ``drop``, ``p_value``, ``control_drop``,
+        ``control_p``, ``net_drop``, ``net_p``, ``false_alarm``,
+        ``detected`` and the three intervals (``drop_interval``,
+        ``control_drop_interval``, ``net_drop_interval``).
 
     Examples:
-        Eight questions; the judge scores the original 8 and the faulted copy
-        5 on relevance (a drop of 3, every pair positive: p = 0.0039):
+        Eight questions; the judge scores the original 8, the faulted copy 5
+        and the control 8 on relevance: a net drop of 3, every pair positive
+        (p = 0.0039), no false alarm:
 
         >>> q = [f"q{i}" for i in range(8)]
-        >>> base = {"question_id": q, "judge": ["j"] * 8,
-        ...         "dimension": ["relevance"] * 8}
-        >>> original = pl.DataFrame({**base, "system": ["full"] * 8,
-        ...                          "score": [8.0] * 8})
-        >>> faulted = pl.DataFrame({**base, "system": ["number"] * 8,
-        ...                         "score": [5.0] * 8})
+        >>> base = {"question_id": q * 2, "judge": ["j"] * 16,
+        ...         "dimension": ["relevance"] * 16}
+        >>> original = pl.DataFrame({"question_id": q, "judge": ["j"] * 8,
+        ...     "dimension": ["relevance"] * 8, "system": ["full"] * 8,
+        ...     "score": [8.0] * 8})
+        >>> faulted = pl.DataFrame({**base,
+        ...     "system": ["number"] * 8 + ["number:control"] * 8,
+        ...     "score": [5.0] * 8 + [8.0] * 8})
         >>> faults = pl.DataFrame({"question_id": q + ["q8"],
         ...                        "kind": ["number"] * 9,
-        ...                        "status": ["ok"] * 8 + ["skipped"]})
+        ...                        "status": ["ok"] * 8 + ["no_control"]})
         >>> out = fault_detection(original, faulted, faults,
         ...                       weights={"j": {"relevance": 1.0}},
         ...                       min_drop=0.5, alpha=0.05)
-        >>> row = out.filter(pl.col("figure") == "relevance").row(0, named=True)
-        >>> row["n"], row["skipped"], row["drop"], round(row["p_value"], 4)
-        (8, 1, 3.0, 0.0039)
-        >>> row["detected"]
-        True
+        >>> row = next(r for r in out if r["figure"] == "relevance")
+        >>> row["n"], row["skipped"], row["no_control"], row["net_drop"]
+        (8, 1, 1, 3.0)
+        >>> round(row["net_p"], 4), row["detected"], row["false_alarm"]
+        (0.0039, True, False)
+
+        A judge that marks down any edit by 3 drops as much on the control: its
+        fault drop is 3 but its net drop 0 (missed), and the control's drop is a
+        false alarm:
+
+        >>> any_edit = faulted.with_columns(pl.lit(5.0).alias("score"))
+        >>> row = fault_detection(original, any_edit, faults,
+        ...                       weights={"j": {"relevance": 1.0}},
+        ...                       min_drop=0.5, alpha=0.05)[0]
+        >>> row["drop"], row["net_drop"], row["detected"], row["false_alarm"]
+        (3.0, 0.0, False, True)
     """
     pairs = _pairs(original, faulted)
     both = pl.concat([pairs, _weighted(pairs, weights)])
-    hist = (
-        both.group_by(schema.JUDGE, FAULT_KIND, schema.DIMENSION, _DELTA)
-        .agg(pl.len().alias("count"))
-        .sort(schema.JUDGE, FAULT_KIND, schema.DIMENSION, _DELTA)
+    kind = pl.col(FAULT_KIND)
+    key = [schema.JUDGE, FAULT_KIND, schema.DIMENSION, schema.QUESTION_ID]
+    fault = both.filter(~kind.str.ends_with(CONTROL_SUFFIX)).rename({_DELTA: "fault"})
+    control = (
+        both.filter(kind.str.ends_with(CONTROL_SUFFIX))
+        .with_columns(kind.str.strip_suffix(CONTROL_SUFFIX))
+        .rename({_DELTA: "control"})
     )
-    skipped = {
-        row[FAULT_KIND]: row["skipped"]
-        for row in faults.group_by(pl.col(FAULT_KIND).cast(pl.String))
-        .agg(
-            (pl.col(schema.STATUS).cast(pl.String) != _STATUS_OK).sum().alias("skipped")
-        )
-        .iter_rows(named=True)
-    }
+    joined = fault.join(control, on=key, how="inner").sort(key)
+    counts = _counts(faults)
+    draws: dict[int, np.ndarray[Any, Any]] = {}
     rows: list[dict[str, Any]] = []
-    for (judge, kind, fig), group in hist.group_by(
+    for (judge, k, fig), group in joined.group_by(
         schema.JUDGE, FAULT_KIND, schema.DIMENSION, maintain_order=True
     ):
-        values = group.get_column(_DELTA).to_numpy()
-        counts = group.get_column("count").to_numpy()
-        n = int(counts.sum())
-        drop = float((values * counts).sum() / n)
-        p = wilcoxon_greater(values, counts)
+        f = group.get_column("fault").to_numpy().astype(np.float64)
+        c = group.get_column("control").to_numpy().astype(np.float64)
+        n = f.size
+        if n >= 2 and resamples > 0 and n not in draws:
+            draws[n] = resample_indices(n, resamples, seed=seed)
+        skipped, no_control = counts.get(str(k), (0, 0))
         rows.append(
             {
                 schema.JUDGE: judge,
-                FAULT_KIND: kind,
+                FAULT_KIND: k,
                 FIGURE: fig,
-                "n": n,
-                "skipped": int(skipped.get(str(kind), 0)),
-                "drop": drop,
-                "p_value": p,
-                "detected": drop >= min_drop and p < alpha,
+                **_test(f, c, min_drop=min_drop, alpha=alpha, draws=draws.get(n)),
+                "skipped": skipped,
+                "no_control": no_control,
             }
         )
-    out_schema = {
-        schema.JUDGE: pl.String,
-        FAULT_KIND: pl.String,
-        FIGURE: pl.String,
-        "n": pl.Int64,
-        "skipped": pl.Int64,
-        "drop": pl.Float64,
-        "p_value": pl.Float64,
-        "detected": pl.Boolean,
-    }
-    return pl.DataFrame(rows, schema=out_schema).sort(schema.JUDGE, FAULT_KIND, FIGURE)
+    rows.sort(key=lambda r: (r[schema.JUDGE], r[FAULT_KIND], r[FIGURE]))
+    return rows
+
+
+_TEST_KEYS = (
+    "n",
+    "skipped",
+    "no_control",
+    "drop",
+    "p_value",
+    "control_drop",
+    "control_p",
+    "net_drop",
+    "net_p",
+    "false_alarm",
+    "detected",
+    *_INTERVALS,
+)
+"""The keys of one test, in the order of ``summary.json``."""
 
 
 def qualification_block(
-    detection: pl.DataFrame,
+    detection: Sequence[Mapping[str, Any]],
     *,
     judges: Sequence[str],
     kinds: Sequence[str],
     figures: Sequence[str],
     skipped: Mapping[str, int],
+    no_control: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
-    """``judge -> kind -> figure -> {n, skipped, drop, p_value, detected}``.
+    """``judge -> kind -> figure -> test`` (the keys of :func:`fault_detection`).
 
-    A judge, kind and figure with no scored pair is ``n = 0``, ``drop`` and
-    ``p_value`` None, not detected.
+    A judge, kind and figure with no scored pair is ``n = 0``, its figures
+    None, neither detected nor a false alarm.
     """
+    lacking = no_control or {}
     out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
         j: {
             k: {
-                f: {
-                    "n": 0,
-                    "skipped": int(skipped.get(k, 0)),
-                    "drop": None,
-                    "p_value": None,
-                    "detected": False,
-                }
+                f: _empty(int(skipped.get(k, 0)), int(lacking.get(k, 0)))
                 for f in figures
             }
             for k in kinds
+            if not is_control(k)
         }
         for j in judges
     }
-    for row in detection.iter_rows(named=True):
+    for row in detection:
         j, k, f = row[schema.JUDGE], row[FAULT_KIND], row[FIGURE]
         if j in out and k in out[j] and f in out[j][k]:
-            out[j][k][f] = {
-                "n": row["n"],
-                "skipped": row["skipped"],
-                "drop": row["drop"],
-                "p_value": row["p_value"],
-                "detected": row["detected"],
-            }
+            out[j][k][f] = {key: row[key] for key in _TEST_KEYS}
     return out
 
 
@@ -294,10 +433,12 @@ class QualificationResult:
     """The summary's part of a run's qualification."""
 
     block: dict[str, dict[str, dict[str, dict[str, Any]]]]
-    """``judge -> kind -> figure -> {n, skipped, drop, p_value, detected}``."""
+    """``judge -> kind -> figure -> test`` (:func:`fault_detection`'s keys)."""
     flags: list[dict[str, Any]]
-    """One ``misses faults: <kind> on <figure>`` flag per missed detection, one
-    ``too few faults: ...`` per expected test with too few faulted answers."""
+    """One ``misses faults: <kind> on <figure>`` flag per missed detection (net
+    of the control), one ``punishes harmless edits: <kind> control on
+    <figure>`` per false alarm, one ``too few faults: ...`` per expected test
+    with too few scored pairs."""
     unqualified: frozenset[str]
     """Judges that miss an expected kind on the weighted total."""
 
@@ -307,7 +448,8 @@ def fixed_weights(
 ) -> dict[str, dict[str, float]]:
     """Judge -> dimension -> weight of the qualification's weighted total.
 
-    The run's fixed weights (one map, or one per judge), rescaled to sum to 1;
+    The run's fixed weights (one map, or one per judge; read by
+    :func:`~cube_ray.aggregate._weights.resolve_weights`), rescaled to sum to 1;
     equal weights otherwise (``pearson`` weights belong to a system, and a
     faulted answer is none).
 
@@ -316,20 +458,11 @@ def fixed_weights(
     >>> fixed_weights({"a": 3, "b": 1}, ["j"], ["a", "b"])
     {'j': {'a': 0.75, 'b': 0.25}}
     """
-    out: dict[str, dict[str, float]] = {}
-    for j in judges:
-        raw: Mapping[str, Any] = {d: 1.0 for d in dimensions}
-        if not isinstance(spec, str):
-            inner = spec.get(j)
-            raw = inner if isinstance(inner, Mapping) else spec
-            raw = {
-                d: raw[d]
-                for d in dimensions
-                if not isinstance(raw.get(d), Mapping) and raw.get(d) is not None
-            }
-        total = float(sum(raw.values())) or 1.0
-        out[j] = {d: float(w) / total for d, w in raw.items()}
-    return out
+    resolved = resolve_weights(
+        "equal" if spec == "pearson" else spec, judges, dimensions
+    )
+    assert resolved.fixed is not None
+    return resolved.fixed
 
 
 def qualify(
@@ -344,7 +477,9 @@ def qualify(
     """The summary's qualification block, its flags and the unqualified judges."""
     faults = qualification.faults
     kinds = sorted(
-        set(faults.get_column(FAULT_KIND).cast(pl.String).unique().to_list())
+        k
+        for k in set(faults.get_column(FAULT_KIND).cast(pl.String).unique().to_list())
+        if not is_control(k)
     )
     detection = fault_detection(
         scores,
@@ -354,21 +489,14 @@ def qualify(
         min_drop=qualification.min_drop,
         alpha=alpha,
     )
-    skipped = {
-        k: int(
-            faults.filter(
-                (pl.col(FAULT_KIND).cast(pl.String) == k)
-                & (pl.col(schema.STATUS).cast(pl.String) != _STATUS_OK)
-            ).height
-        )
-        for k in kinds
-    }
+    counts = _counts(faults)
     block = qualification_block(
         detection,
         judges=judges,
         kinds=kinds,
         figures=[*dimensions, WEIGHTED],
-        skipped=skipped,
+        skipped={k: counts.get(k, (0, 0))[0] for k in kinds},
+        no_control={k: counts.get(k, (0, 0))[1] for k in kinds},
     )
     expected = {d: list(qualification.expected.get(d, ())) for d in dimensions}
     flags = []
@@ -380,12 +508,25 @@ def qualify(
                 "flag": f"{MISSES_FAULTS}: {kind} on {fig}",
                 "judge": judge,
                 "figure": f"qualification.{kind}.{fig}",
+                "net_drop": test["net_drop"],
+                "net_p": test["net_p"],
                 "drop": test["drop"],
                 "p_value": test["p_value"],
             }
         )
         if fig == WEIGHTED:
             unqualified.add(judge)
+    for judge, kind, fig in false_alarms(block):
+        test = block[judge][kind][fig]
+        flags.append(
+            {
+                "flag": f"{FALSE_ALARM}: {kind} control on {fig}",
+                "judge": judge,
+                "figure": f"qualification.{kind}.{fig}",
+                "control_drop": test["control_drop"],
+                "control_p": test["control_p"],
+            }
+        )
     for judge, kind, fig in fault_misses(block, expected, untested=True):
         flags.append(
             {
@@ -396,3 +537,21 @@ def qualify(
             }
         )
     return QualificationResult(block, flags, frozenset(unqualified))
+
+
+def false_alarms(
+    block: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]],
+) -> list[tuple[str, str, str]]:
+    """(judge, kind, figure) of every control the judge punished (a false alarm).
+
+    >>> alarm, calm = {"false_alarm": True}, {"false_alarm": False}
+    >>> false_alarms({"j": {"number": {"relevance": alarm, "weighted": calm}}})
+    [('j', 'number', 'relevance')]
+    """
+    return [
+        (judge, kind, fig)
+        for judge, per_kind in block.items()
+        for kind, per_fig in per_kind.items()
+        for fig, test in per_fig.items()
+        if test.get("false_alarm")
+    ]

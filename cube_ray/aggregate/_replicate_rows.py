@@ -21,7 +21,7 @@ from scipy import sparse
 
 from cube_ray import schema
 from cube_ray.aggregate._math import COUNT, RANK_SCORE, rank_scores
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
 from cube_ray.errors import ConfigError
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "decode",
     "k_of",
     "prepare",
+    "scored_by_judge",
     "scored_dimensions",
 ]
 
@@ -58,6 +59,23 @@ def scored_dimensions(
         return list(dimensions)
     column = scores.get_column(schema.DIMENSION).cast(pl.String)
     return [str(d) for d in column.unique(maintain_order=True).to_list()]
+
+
+def scored_by_judge(
+    scores: pl.DataFrame, dimensions: Sequence[str]
+) -> dict[str, list[str]]:
+    """Per judge, the ``dimensions`` it has score rows of (what equal weights weigh).
+
+    >>> scored_by_judge(pl.DataFrame({"judge": ["j", "k"], "dimension": ["a", "c"]}),
+    ...                 ["a", "b"])
+    {'j': ['a']}
+    """
+    by_judge = (
+        scores.filter(pl.col(schema.DIMENSION).cast(pl.String).is_in(list(dimensions)))
+        .group_by(pl.col(schema.JUDGE).cast(pl.String))
+        .agg(pl.col(schema.DIMENSION).cast(pl.String).unique())
+    )
+    return {str(j): [str(d) for d in ds] for j, ds in by_judge.iter_rows()}
 
 
 IntArray = npt.NDArray[np.int64]
@@ -112,6 +130,9 @@ class CodedTables:
     unless the bounds are paired)."""
     cells: dict[str, Cells] = field(default_factory=dict)
     """Per table (``rag``, ``bounds``, ``answers``) its histogram cells."""
+    scored: dict[str, list[str]] | None = None
+    """Per judge, the dimensions it scored (what ``equal`` weights weigh);
+    None unless the weights are ``equal``."""
 
 
 @dataclass
@@ -273,8 +294,17 @@ def prepare(
         "bounds": Cells.of(bounds, n, [GROUP, schema.SCORE]),
         "answers": Cells.of(answer_rows, n, [SCODE, "hit"]),
     }
+    scored = scored_by_judge(s, dims) if options.weights == "equal" else None
     return CodedTables(
-        questions, judges, systems, dims, answer_rows, rag, bounds, cells=cells
+        questions,
+        judges,
+        systems,
+        dims,
+        answer_rows,
+        rag,
+        bounds,
+        cells=cells,
+        scored=scored,
     )
 
 
@@ -318,14 +348,23 @@ def decode(frame: pl.DataFrame, t: CodedTables, *, sets: bool) -> pl.DataFrame:
     return frame.with_columns(cols).drop(GROUP)
 
 
-def code_grid(nb: int, t: CodedTables, *extra: tuple[str, int]) -> pl.DataFrame:
-    """Every ``_b, _s, _j, [extra...,] _d`` of ``nb`` replicates (Int64 codes)."""
+def code_grid(
+    nb: int, ns: int, nj: int, nd: int, *, sets: bool = False
+) -> pl.DataFrame:
+    """Every ``_b, _s, _j, [_set,] _d`` of ``nb`` replicates (Int64 codes).
+
+    ``ns``, ``nj`` and ``nd`` systems, judges and dimensions; with ``sets``
+    the three set codes (0 zero, 1 full, 2 the system under test).
+
+    >>> code_grid(1, 1, 2, 1).rows()
+    [(0, 0, 0, 0), (0, 0, 1, 0)]
+    """
     out = pl.DataFrame({REP: np.arange(nb, dtype=np.int64)})
     for name, size in (
-        (SCODE, len(t.systems)),
-        (JCODE, len(t.judges)),
-        *extra,
-        (DCODE, len(t.dimensions)),
+        (SCODE, ns),
+        (JCODE, nj),
+        *([(SETCODE, 3)] if sets else []),
+        (DCODE, nd),
     ):
         out = out.join(
             pl.DataFrame({name: np.arange(size, dtype=np.int64)}), how="cross"

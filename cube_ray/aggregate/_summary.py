@@ -9,7 +9,8 @@ function of the explicit, frozen state it reads:
 2. :func:`~cube_ray.aggregate._passes.score_passes` (``_passes``): the grouped
    passes over the score rows, checked; with the inputs and answers, the
    :class:`~cube_ray.aggregate._passes.Study` every later step reads;
-3. ``_figures``: weights, trimmed means, normalisation, CuBE;
+3. ``_figures``: weights, weighted totals, normalisation, CuBE: replicate
+   zero of the kernel that computes the bootstrap's replicates;
 4. ``_judge_separation``: which judges separate the bounds;
 5. ``_assemble``: the summary's blocks from those frames.
 """
@@ -34,13 +35,13 @@ from cube_ray.aggregate._frames import (
     sorted_flags,
 )
 from cube_ray.aggregate._model import SCHEMA_VERSION, Sample, Summary
-from cube_ray.aggregate._options import AggregateOptions
 from cube_ray.aggregate._passes import Study, score_passes
 from cube_ray.aggregate._qualification import (
     QualificationInput,
     QualificationResult,
     qualify,
 )
+from cube_ray.config import AggregateOptions
 
 __all__ = [
     "DEGENERATE",
@@ -147,8 +148,7 @@ def _aggregate(
     """The method's steps in order; each reads the state the ones before built."""
     answers = answer_frames(inputs)
     study = Study(inputs, answers, score_passes(inputs, answers))
-    weights = _figures.judge_weights(study)
-    figs = _figures.figures(study, weights.frame)
+    weights, figs = _figures.study_figures(study)
     tests = _judge_separation.separation(study, weights.frame, figs.wide)
     separated_judges = _judge_separation.used_judges(study, tests)
     qual = _qualify(study, qualification)

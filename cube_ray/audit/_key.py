@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Final, Literal
 
@@ -12,6 +10,7 @@ from pydantic import Field, ValidationError
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic as _write_file
 
 ROW: Final = "row"
 """Heading of the worksheet's row-id column, the one column the import matches rows by
@@ -91,13 +90,5 @@ class AuditKey(StrictModel):
 
 
 def write_atomic(path: Path, text: str, *, encoding: str = "utf-8") -> None:
-    """Write a text file through a temporary file renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
-            fh.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write an audit file through ``cube_ray.files`` (no newline translation)."""
+    _write_file(path, text, encoding=encoding, newline="")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from cube_ray.audit._key import ROW, AuditKey, KeyDimension, KeyRow, write_atomi
 from cube_ray.audit._xlsx import EXTRA, have_openpyxl, write_xlsx
 from cube_ray.credentials import recorded_secrets, redact_all
 from cube_ray.errors import InputError
+from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.sample import STRATUM, load_strata, read_sample
 
 __all__ = [
@@ -133,7 +133,8 @@ def write_worksheet(
     header = [*TEXT_COLUMNS, *(d.column for d in dims)]
     table: list[list[str]] = [header]
     # A belt: the tables hold no secret (masked as they were written).
-    secrets = recorded_secrets(_manifest(root))
+    record = Manifest.read(root)
+    secrets = recorded_secrets(record.config if record is not None else None)
     rows: list[KeyRow] = []
     for q_no, unit in enumerate(drawn.iter_rows(named=True), start=1):
         qid = unit[schema.QUESTION_ID]
@@ -220,15 +221,6 @@ def write_worksheet(
         xlsx=None if note else xlsx,
         xlsx_note=note,
     )
-
-
-def _manifest(root: Path) -> dict[str, Any] | None:
-    """The run's ``manifest.json``, or None when absent or unreadable."""
-    try:
-        loaded = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
 
 
 def _files(root: Path, kind: str) -> list[Path]:
@@ -339,13 +331,11 @@ def _rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
     from cube_ray.config import RunConfig
     from cube_ray.errors import CubeRayError
 
-    manifest = root / "manifest.json"
+    manifest = root / MANIFEST
     why = "the run dir records no config"
-    try:
-        recorded = json.loads(manifest.read_text(encoding="utf-8")).get("config")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    if isinstance(recorded, dict):
+    record = Manifest.read(root)
+    recorded = record.config if record is not None else None
+    if recorded is not None:
         try:
             config = RunConfig.from_dict(recorded, source=str(manifest))
             return list(config.rubrics().items()), f"the run's config ({manifest})"

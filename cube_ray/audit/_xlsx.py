@@ -6,14 +6,20 @@ cells, column widths fit to their content, a 0-10 data validation on every
 score cell, each dimension's full rubric as its heading's comment and a second
 sheet ``rubrics``. ``openpyxl`` is imported here only, and only when a
 workbook is written or read: without it the CSV alone is written.
+
+It prints: every sheet landscape, fit to one page wide (as many pages down as
+it takes), the header row repeated on each page; each row as high as its
+wrapped texts need (:func:`wrapped_lines`), so nothing is cut. A text longer
+than the tallest row a spreadsheet allows (409 points) is cut where the row
+ends, with a marker ``… [continued on the sheet 'continued', …]``, and that
+sheet holds it whole, in parts that each fit a row; only then does a cell
+differ from the CSV's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import tempfile
 import unicodedata
 import warnings
 import zipfile
@@ -24,9 +30,13 @@ from typing import Any
 
 from cube_ray.audit._key import ROW
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic
 
 __all__ = [
+    "CONTINUED",
     "EXTRA",
+    "LINE_POINTS",
+    "MAX_ROW_POINTS",
     "SHEET",
     "SheetCells",
     "cell_text",
@@ -35,6 +45,8 @@ __all__ = [
     "have_openpyxl",
     "is_workbook",
     "read_xlsx",
+    "split_to_fit",
+    "wrapped_lines",
     "write_xlsx",
 ]
 
@@ -45,8 +57,15 @@ SHEET = "audit"
 _ZIP_MAGIC = b"PK\x03\x04"
 _TEXT_WIDTH = 60
 """Widest a wrapped text column gets (characters; CJK characters count 2)."""
-_SCORE_WIDTH = 28
-"""Widest a score column gets: its long heading wraps instead."""
+_SCORE_WIDTH = 16
+"""Widest a score column gets: its long heading wraps instead (the score
+columns stay narrow so that a page holds them beside the answer)."""
+LINE_POINTS = 16.0
+"""Height of one wrapped line of 11-point text, CJK included (points)."""
+MAX_ROW_POINTS = 409.0
+"""The tallest row Excel and LibreOffice allow (points)."""
+CONTINUED = "continued"
+"""The sheet holding, whole, the texts too long for one row."""
 MAX_PART_BYTES = 128 * 2**20
 """Most bytes one part of a workbook (a sheet's XML, the shared strings) may
 unpack to. An audit sheet of a few thousand answers is tens of MB; a zip
@@ -115,6 +134,111 @@ def fit_width(texts: Sequence[str], *, cap: int, least: int = 6) -> int:
         (display_width(line) for t in texts for line in t.splitlines()), default=0
     )
     return max(least, min(cap, widest + 2))
+
+
+def wrapped_lines(text: str, width: float) -> int:
+    r"""Lines a text takes wrapped in a column ``width`` characters wide.
+
+    Each line of the text wraps at ``width - 1`` display columns (the cell's
+    padding); wide (CJK) characters count 2.
+
+    >>> wrapped_lines("abc", 10), wrapped_lines("x" * 20, 11), wrapped_lines("", 9)
+    (1, 2, 1)
+    >>> wrapped_lines("事项名称\n" + "办" * 12, 10)
+    4
+    """
+    room = max(1, int(width) - 1)
+    return sum(_line_count(line, room)[0] for line in text.split("\n"))
+
+
+def _char_width(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+
+
+def _line_count(line: str, room: int, most: int | None = None) -> tuple[int, int]:
+    """Screen lines of a line wrapped at ``room`` columns, and what fits.
+
+    The second figure: characters that fit in ``most`` lines (None: all). A
+    wide character is never split across lines.
+    """
+    lines, used = 1, 0
+    for i, ch in enumerate(line):
+        w = _char_width(ch)
+        if used + w > room and used:
+            if most is not None and lines == most:
+                return lines, i
+            lines, used = lines + 1, 0
+        used += w
+    return lines, len(line)
+
+
+def row_points(lines: int) -> float:
+    """A row's height for ``lines`` wrapped lines, capped at the tallest row.
+
+    >>> row_points(1), row_points(3), row_points(100)
+    (20.0, 52.0, 409.0)
+    """
+    return min(MAX_ROW_POINTS, lines * LINE_POINTS + 4.0)
+
+
+def split_to_fit(text: str, width: float) -> list[str]:
+    r"""A text in parts, each fitting one row of a column ``width`` wide.
+
+    Cut at line ends where it can, else within a line; joined, the parts are
+    the text.
+
+    >>> text = "\n".join(["line %d" % i for i in range(60)])
+    >>> parts = split_to_fit(text, 20)
+    >>> len(parts), "".join(parts) == text, parts[0].endswith("line 21\n")
+    (3, True, True)
+    >>> long = "办" * 1000
+    >>> cut = split_to_fit(long, 20)
+    >>> [len(p) for p in cut], "".join(cut) == long
+    ([198, 198, 198, 198, 198, 10], True)
+    >>> split_to_fit("short", 20)
+    ['short']
+    """
+    # Room below for the "continued" marker (up to two lines).
+    budget = int((MAX_ROW_POINTS - 4.0) // LINE_POINTS) - 3
+    room = max(1, int(width) - 1)
+    parts: list[str] = []
+    current: list[str] = []
+    used = 0
+    for line in text.split("\n"):
+        while True:
+            need = _line_count(line, room)[0]
+            if used + need <= budget:
+                current.append(line)
+                used += need
+                break
+            if current:  # close this part, try the line in the next
+                parts.append("\n".join(current))
+                current, used = [], 0
+                continue
+            # One line longer than a whole part: cut it where the part is full.
+            cut = _line_count(line, room, budget)[1]
+            parts.append(line[:cut])
+            line = line[cut:]
+            if not line:
+                break
+    if current or not parts:
+        parts.append("\n".join(current))
+    # The pieces of a line cut within it rejoin without a newline: keep a part
+    # boundary as the newline it replaced where there was one.
+    return _rejoinable(text, parts)
+
+
+def _rejoinable(text: str, parts: list[str]) -> list[str]:
+    """``parts`` with each one's trailing newline kept, so they join to ``text``."""
+    out: list[str] = []
+    pos = 0
+    for part in parts:
+        pos += len(part)
+        if pos < len(text) and text[pos] == "\n":
+            part += "\n"
+            pos += 1
+        out.append(part)
+    return out
 
 
 def cell_text(value: object) -> str:
@@ -192,20 +316,42 @@ def write_xlsx(
     top = Alignment(vertical="top")
     wrapped = Alignment(wrap_text=True, vertical="top")
     bold = Font(bold=True)
-    for r, values in enumerate(table, start=1):
-        for c, value in enumerate(values):
-            cell = _put(sheet, r, c + 1, value)
-            cell.alignment = wrapped if r == 1 or c in wrap else top
-            if r == 1:
-                cell.font = bold
-    n_rows = len(table)
+    widths: list[int] = []
     for c in range(len(table[0])):
         texts = [row[c] for row in table[1:]]
         if c in scores:
             width = fit_width([*texts, *table[0][c].split()], cap=_SCORE_WIDTH)
         else:
             width = fit_width([*texts, table[0][c]], cap=_TEXT_WIDTH)
+        widths.append(width)
         sheet.column_dimensions[get_column_letter(c + 1)].width = width
+    # (column, text) -> (the row it is first on, its parts): said once.
+    continued: dict[tuple[int, str], tuple[str, list[str]]] = {}
+    for r, values in enumerate(table, start=1):
+        lines = 1
+        for c, value in enumerate(values):
+            text = value
+            if (
+                r > 1
+                and c in wrap
+                and row_points(wrapped_lines(value, widths[c])) >= MAX_ROW_POINTS
+            ):
+                first_row, parts = continued.setdefault(
+                    (c, value), (values[0], split_to_fit(value, widths[c]))
+                )
+                text = (
+                    f"{parts[0].rstrip()}\n… [continued on the sheet "
+                    f"'{CONTINUED}': {table[0][c]} of row {first_row}, "
+                    f"{len(parts)} parts]"
+                )
+            cell = _put(sheet, r, c + 1, text)
+            cell.alignment = wrapped if r == 1 or c in wrap else top
+            if r == 1:
+                cell.font = bold
+            if r == 1 or c in wrap:
+                lines = max(lines, wrapped_lines(text, widths[c]))
+        sheet.row_dimensions[r].height = row_points(lines)
+    n_rows = len(table)
     for c, (name, heading, rubric) in zip(scores, rubrics, strict=True):
         comment = Comment(f"{heading}\n\n{rubric or name}", "cube-ray")
         comment.width, comment.height = 420, 300
@@ -233,28 +379,64 @@ def write_xlsx(
             check.add(f"{letter}2:{letter}{n_rows}")
     sheet.freeze_panes = "A2"
     sheet.auto_filter.ref = sheet.dimensions
+    _print_setup(sheet, title_rows="1:1")
 
     notes = book.create_sheet("rubrics")
+    note_widths = (16, 40, 90)
+    for letter, width in zip("ABC", note_widths, strict=True):
+        notes.column_dimensions[letter].width = width
     for r, line in enumerate(instructions, start=1):
-        _put(notes, r, 1, line)
+        # Each line across the three columns, wrapped: nothing runs off the page.
+        _put(notes, r, 1, line).alignment = wrapped
+        notes.merge_cells(start_row=r, start_column=1, end_row=r, end_column=3)
+        notes.row_dimensions[r].height = row_points(
+            wrapped_lines(line, sum(note_widths))
+        )
     first = len(instructions) + 2
     for c, heading in enumerate(("dimension", "score column", "rubric"), start=1):
         _put(notes, first, c, heading).font = bold
     for r, row in enumerate(rubrics, start=first + 1):
         for c, value in enumerate(row, start=1):
             _put(notes, r, c, value).alignment = wrapped
-    for letter, width in zip("ABC", (16, 40, 90), strict=True):
-        notes.column_dimensions[letter].width = width
+        notes.row_dimensions[r].height = row_points(
+            max(wrapped_lines(v, w) for v, w in zip(row, note_widths, strict=True))
+        )
+    _print_setup(notes, title_rows=None)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            book.save(fh)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    if continued:
+        more = book.create_sheet(CONTINUED)
+        heads = ("row", "column", "part", "text")
+        text_width = max(widths[c] for c, _ in continued)
+        for letter, width in zip("ABCD", (10, 16, 8, text_width), strict=True):
+            more.column_dimensions[letter].width = width
+        for c, heading in enumerate(heads, start=1):
+            _put(more, 1, c, heading).font = bold
+        r = 2
+        for (c, _), (row_id, parts) in continued.items():
+            for i, part in enumerate(parts, start=1):
+                values = (row_id, table[0][c], f"{i} of {len(parts)}", part)
+                for k, value in enumerate(values, start=1):
+                    _put(more, r, k, value).alignment = wrapped if k == 4 else top
+                more.row_dimensions[r].height = row_points(
+                    wrapped_lines(part, text_width)
+                )
+                r += 1
+        _print_setup(more, title_rows="1:1")
+
+    write_atomic(path, book.save)
+
+
+def _print_setup(sheet: Any, *, title_rows: str | None) -> None:
+    """Landscape A4, one page wide and as many down as it takes."""
+    sheet.page_setup.orientation = "landscape"
+    sheet.page_setup.paperSize = sheet.PAPERSIZE_A4
+    sheet.page_setup.fitToWidth = 1
+    sheet.page_setup.fitToHeight = 0
+    sheet.sheet_properties.pageSetUpPr.fitToPage = True
+    sheet.page_margins.left = sheet.page_margins.right = 0.4
+    sheet.page_margins.top = sheet.page_margins.bottom = 0.5
+    if title_rows is not None:
+        sheet.print_title_rows = title_rows
 
 
 def _put(sheet: Any, row: int, column: int, value: str) -> Any:

@@ -33,7 +33,8 @@ from cube_ray.aggregate import (
     DEFAULT_SEED,
     INTERVAL_METHODS,
 )
-from cube_ray.aggregate._options import AggregateOptions
+from cube_ray.config import AggregateOptions
+from cube_ray.manifest import MANIFEST, Manifest
 
 __all__ = ["parse_k", "register", "run"]
 
@@ -260,7 +261,14 @@ def run(args: argparse.Namespace) -> int:
         parser.error("give either RUN_DIR or --answers and --scores, not both")
     if not args.run_dir and not (args.answers and args.scores):
         parser.error("give RUN_DIR, or both --answers PATH and --scores PATH")
+    from cube_ray.run_lock import writing_into
 
+    # The run dir's lock: no run writes its tables while they are summarised.
+    with writing_into(args.run_dir):
+        return _aggregate(args)
+
+
+def _aggregate(args: argparse.Namespace) -> int:
     from cube_ray.aggregate import WeightsError, summarize, with_intervals
     from cube_ray.errors import ConfigError, InputError
     from cube_ray.tables import read_answers, read_scores
@@ -318,6 +326,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.human is not None:
         summary = _calibrated(args, summary, answers, scores, strata)
+        from cube_ray.report._calibrated import calibrated_lines
+
+        for line in calibrated_lines(summary):
+            print(line, file=sys.stderr)
     if out == "-":
         sys.stdout.write(summary.to_json())
     else:
@@ -398,10 +410,8 @@ def _from_manifest(args: argparse.Namespace, run_dir: Path) -> None:
     A run's k (each system's, or ``aggregate.k``), trim, weights and guards are
     what its summary used; flags override them.
     """
-    from cube_ray.pipeline.ownership import read_manifest
-
-    config = read_manifest(run_dir).get("config")
-    if not isinstance(config, dict):
+    config = _recorded_config(run_dir)
+    if config is None:
         return
     agg = config.get("aggregate") or {}
     if args.k is None:
@@ -426,7 +436,7 @@ def _from_manifest(args: argparse.Namespace, run_dir: Path) -> None:
                 if isinstance(d, dict)
             }
         args.weights = weights
-        args.weights_source = f"{run_dir / 'manifest.json'} (aggregate.weights)"
+        args.weights_source = f"{run_dir / MANIFEST} (aggregate.weights)"
     for name in (
         "trim",
         "bounds_on",
@@ -437,6 +447,12 @@ def _from_manifest(args: argparse.Namespace, run_dir: Path) -> None:
     ):
         if getattr(args, name) is None and agg.get(name) is not None:
             setattr(args, name, agg[name])
+
+
+def _recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    """The config the run dir's manifest records, as written (None: none)."""
+    manifest = Manifest.read(run_dir)
+    return manifest.config if manifest is not None else None
 
 
 def _run_config(run_dir: Path) -> Any:
@@ -451,11 +467,10 @@ def _run_config(run_dir: Path) -> Any:
 
     from cube_ray.config import RunConfig
     from cube_ray.errors import ConfigError
-    from cube_ray.pipeline.ownership import read_manifest
 
-    manifest = run_dir / "manifest.json"
-    config = read_manifest(run_dir).get("config")
-    if not isinstance(config, dict):
+    manifest = run_dir / MANIFEST
+    config = _recorded_config(run_dir)
+    if config is None:
         return None
     try:
         return RunConfig.model_validate(config)

@@ -57,15 +57,18 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write a worksheet or import a filled one; print what was written."""
     from cube_ray.errors import ConfigError
+    from cube_ray.run_lock import writing_into
 
     if args.filled is None:
         if args.key is not None:
             raise ConfigError("--key goes with --import FILLED, not --size")
-        return _draw(args)
+        with writing_into(args.run_dir):  # the sheet goes into RUN_DIR/audit
+            return _draw(args)
     if args.seed is not None:
         msg = "--seed goes with --size (the draw); --import reads the sheet's key"
         raise ConfigError(msg)
-    return _import(args)
+    with writing_into(args.run_dir):
+        return _import(args)
 
 
 def _draw(args: argparse.Namespace) -> int:

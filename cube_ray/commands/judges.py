@@ -112,8 +112,10 @@ def format_results(results: dict[str, Any]) -> str:
         lines.append("")
         model = f", {r['model']}" if r.get("model") else ""
         took = f", {r['seconds']} s" if "seconds" in r else ""
+        protocol = r.get("protocol", "score")
+        how = f", protocol {protocol}" if protocol != "score" else ""
         verdict = "PASS" if r["ok"] else "FAIL"
-        lines.append(f"{verdict} {name} ({r['backend']}{model}{took})")
+        lines.append(f"{verdict} {name} ({r['backend']}{model}{how}{took})")
         if "bounds" in r:
             lines.append(
                 f"  {'bounds':<16} {'zero':>6} {'full':>6} {'gap':>6} "
@@ -146,27 +148,56 @@ def format_results(results: dict[str, Any]) -> str:
 
 
 def _fault_table(block: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """Kinds x dimensions: the mean drop, its p and whether it is detected.
+    """The judge's certificate (CUBE_METHOD.md section 12, "Controls").
 
-    One cell is ``drop/p`` with ``*`` when detected (CUBE_METHOD.md section 12).
+    Kinds x dimensions: the net drop (the fault's drop minus its control's), its
+    p, ``*`` when detected and ``!`` for a false alarm (the control alone is
+    punished); then per kind, on the weighted total, the net drop with its 95 %
+    interval, detected or not, and the figures with false alarms.
     """
     figures = list(next(iter(block.values())))
-    width = max(14, *(len(f) + 2 for f in figures))
+    width = max(15, *(len(f) + 2 for f in figures))
     head = "".join(f"  {f:>{width}}" for f in figures)
-    lines = [f"  {'faults (drop/p)':<16} {'n':>3}{head}"]
+    lines = [f"  {'faults (net/p)':<16} {'n':>3}{head}"]
     for kind, per in block.items():
         n = max((t["n"] for t in per.values()), default=0)
         cells = "".join(f"  {_cell(t):>{width}}" for t in (per[f] for f in figures))
         lines.append(f"  {kind:<16} {n:>3}{cells}")
-    lines.append("  (* detected: drop >= min_drop and p < alpha)")
+    lines.append(
+        "  (net = drop after the fault - drop after its control, a harmless edit; "
+        "* detected: net >= min_drop and p < alpha; ! false alarm: the control "
+        "alone drops >= min_drop with p < alpha)"
+    )
+    total = figures[-1]
+    lines.append(f"  certificate ({total}, net of controls, 95% interval):")
+    for kind, per in block.items():
+        t = per[total]
+        alarms = [f for f in figures if per[f].get("false_alarm")]
+        alarm = "false alarms: " + ", ".join(alarms) if alarms else "no false alarm"
+        if t["net_drop"] is None:
+            skipped = t.get("skipped", 0)
+            lines.append(
+                f"  {kind:<16} not tested (no scored pair; {skipped} skipped, "
+                f"{t.get('no_control') or 0} without a control)"
+            )
+            continue
+        ci = t["net_drop_interval"]
+        interval = (
+            "[-, -]" if ci["low"] is None else f"[{ci['low']:+.2f}, {ci['high']:+.2f}]"
+        )
+        verdict = "detected" if t["detected"] else "not detected"
+        lines.append(
+            f"  {kind:<16} n {t['n']:>3}  net drop {t['net_drop']:+.2f} {interval}  "
+            f"{verdict:<12}  {alarm}"
+        )
     return lines
 
 
 def _cell(test: dict[str, Any]) -> str:
-    if test["drop"] is None:
+    if test["net_drop"] is None:
         return "-"
-    mark = "*" if test["detected"] else " "
-    return f"{test['drop']:+.2f}/{test['p_value']:.2g}{mark}"
+    mark = ("*" if test["detected"] else " ") + ("!" if test["false_alarm"] else " ")
+    return f"{test['net_drop']:+.2f}/{test['net_p']:.2g}{mark}"
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -195,7 +226,9 @@ def _run_check(args: argparse.Namespace) -> int:
     results["config"] = str(args.config)
     print(format_results(results), flush=True)
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(results, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        from cube_ray.files import write_atomic
+
+        write_atomic(
+            args.json, json.dumps(results, ensure_ascii=False, indent=1) + "\n"
         )
     return 0 if results["ok"] else EXIT_JUDGE_FAILED

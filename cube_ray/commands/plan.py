@@ -20,8 +20,11 @@ def register(subparsers: Any) -> None:
             "95% bootstrap half-width H of the headline CuBE, n = ceil(n0 * "
             "(h0 / H)^2), and the tokens, engine-hours, GPU-hours and API cost of "
             "a run of that size and of the whole corpus, at what the pilot "
-            "measured per question. It extrapolates: the run of the planned size "
-            "re-measures its interval (CUBE_METHOD.md section 11)."
+            "measured per question; with --pair A B, the same for the paired "
+            "difference of two systems. A pilot whose interval has zero width "
+            "is refused (exit 2): it measured no spread. It extrapolates: the "
+            "run of the planned size re-measures its interval (CUBE_METHOD.md "
+            "section 11)."
         ),
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the pilot's run directory")
@@ -44,6 +47,15 @@ def register(subparsers: Any) -> None:
         help=(
             "run config giving engine prices (price_per_mtok) and GPUs; default: "
             "the config recorded in RUN_DIR/manifest.json"
+        ),
+    )
+    p.add_argument(
+        "--pair",
+        nargs=2,
+        metavar=("A", "B"),
+        help=(
+            "size the paired difference CuBE(A) - CuBE(B) of two systems of the "
+            "pilot instead (the same formula on its paired interval)"
         ),
     )
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
@@ -71,10 +83,13 @@ def run(args: argparse.Namespace) -> int:
         half_width=args.half_width,
         corpus_size=args.corpus_size,
         config_path=args.config,
+        pair=tuple(args.pair) if args.pair else None,
     )
     print(format_sample_plan(plan, half_width=args.half_width))
     if args.json:
         path = Path(args.json)
-        path.write_text(json.dumps(plan, indent=2, ensure_ascii=False) + "\n")
+        from cube_ray.files import write_atomic
+
+        write_atomic(path, json.dumps(plan, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {path}")
     return 0

@@ -68,7 +68,13 @@ def _run(args: argparse.Namespace) -> int:
     from cube_ray.report import write_report
 
     _check_paths(args.run_dir, args.out_dir)
+    from cube_ray.run_lock import writing_into
 
+    with writing_into(args.run_dir):
+        return _write(args, write_report)
+
+
+def _write(args: argparse.Namespace, write_report: Any) -> int:
     paths = write_report(
         args.run_dir,
         out_dir=args.out_dir,
@@ -81,6 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     print(paths.html)
     print(paths.markdown)
     for line in paths.compared:  # the paired differences of its systems
+        print(line)
+    for line in paths.calibrated:  # with a human audit (--human)
         print(line)
     return 0
 

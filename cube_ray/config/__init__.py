@@ -7,7 +7,7 @@ the output directory. Every model is strict (unknown keys are errors) and every
 field has a docstring, which ``docs/pipeline.md`` mirrors.
 
 One module per concept: ``_corpus`` (corpus, questions, sample), ``_scoring``
-(dimensions, qualification, aggregation), ``_ray``, ``_prompts``, ``_run``
+(dimensions, qualification, the aggregation's options), ``_ray``, ``_prompts``, ``_run``
 (:class:`RunConfig` and the rules that span sections) and ``_loader`` (YAML,
 path resolution, the folders a config may read, error formatting). The engine
 and system configs live in their own packages; the environment audit's
@@ -28,8 +28,11 @@ from cube_ray.config._run import RunConfig
 from cube_ray.config._scoring import (
     DEFAULT_DETECTS,
     AggregateConfig,
+    AggregateOptions,
+    BoundsOptions,
     DimensionConfig,
     QualificationConfig,
+    WeightsError,
     default_dimensions,
 )
 from cube_ray.engines.identity import engine_fingerprint
@@ -38,6 +41,8 @@ from cube_ray.env import EnvUse
 __all__ = [
     "DEFAULT_DETECTS",
     "AggregateConfig",
+    "AggregateOptions",
+    "BoundsOptions",
     "CorpusConfig",
     "DimensionConfig",
     "EnvUse",
@@ -48,6 +53,7 @@ __all__ = [
     "RayConfig",
     "RunConfig",
     "SampleConfig",
+    "WeightsError",
     "default_dimensions",
     "engine_fingerprint",
     "read_paths",

@@ -11,7 +11,7 @@ from cube_ray.prompts import check_template, packaged_name
 __all__ = ["PromptsConfig"]
 
 
-_PACKAGED = ("question", "answer", "judge")
+_PACKAGED = ("question", "answer", "judge", "judge_checklist", "judge_dimensions")
 """Template kinds with a packaged default in every prompt set."""
 
 
@@ -27,7 +27,13 @@ class PromptsConfig(StrictModel):
     answer: str = "answer"
     """Answer template, shared by zero, full and the built-in RAG."""
     judge: str = "judge"
-    """Judge template."""
+    """Judge template (protocol ``score``: one 0-10 score of one rubric)."""
+    judge_checklist: str = "judge_checklist"
+    """Judge template of protocol ``checklist``: one rubric item, answered yes
+    or no (its language picks the words: yes/no or 是/否)."""
+    judge_dimensions: str = "judge_dimensions"
+    """Judge template of protocol ``all_dimensions``: every rubric, numbered,
+    scored 0-10 one a line."""
 
     def for_language(self, language: Language) -> PromptsConfig:
         """This config with ``language`` set and packaged names in its set.
@@ -52,3 +58,17 @@ class PromptsConfig(StrictModel):
         check_template(self.question, "question")
         check_template(self.answer, "answer")
         check_template(self.judge, "judge")
+        check_template(self.judge_checklist, "judge")
+        check_template(self.judge_dimensions, "judge")
+
+    def judge_template(self, protocol: str) -> str:
+        """The judge template a protocol uses.
+
+        >>> PromptsConfig().judge_template("checklist")
+        'judge_checklist'
+        """
+        if protocol == "checklist":
+            return self.judge_checklist
+        if protocol == "all_dimensions":
+            return self.judge_dimensions
+        return self.judge

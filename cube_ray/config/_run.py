@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -36,15 +36,18 @@ from cube_ray.engines.config import (
     EngineConfig,
     FakeEngineConfig,
     JudgeConfig,
+    Measure,
     OpenAIHttpEngineConfig,
     ReferenceJudgeConfig,
     VllmEngineConfig,
     code_loading_kwargs,
+    engine_env_allowed,
 )
 from cube_ray.env import EnvUse, placeholders, url_host
 from cube_ray.errors import ConfigError
 from cube_ray.language import Language
 from cube_ray.prompts import check_template
+from cube_ray.protocols import checklist
 from cube_ray.systems.config import SystemConfig
 from cube_ray.systems.kinds import system_kind
 
@@ -108,15 +111,24 @@ class RunConfig(StrictModel):
     ``CODE_LOADING_ENV`` such as ``PYTHONPATH``, ``LD_PRELOAD``,
     ``VLLM_PLUGINS``), which run code that ships with a model or is named by
     the config."""
+    allow_env: list[str] = Field(default_factory=list)
+    """Names a vLLM engine's ``env`` may set beyond the tuning variables
+    (``VLLM_*``, ``OMP_*``, ``CUDA_VISIBLE_DEVICES``, ...:
+    ``cube_ray.engines.config.engine_env_allowed``), e.g. ``[OPENSSL_CONF]``.
+    Such a variable can change what the engine process loads (``OPENSSL_CONF``
+    loads a shared object in ``import ssl``), so each is named, never a
+    pattern; a code-loading one (``CODE_LOADING_ENV``) also needs
+    ``allow_remote_code``."""
 
-    @field_validator("env_vars")
+    @field_validator("env_vars", "allow_env")
     @classmethod
-    def _env_var_names(cls, names: list[str]) -> list[str]:
+    def _env_var_names(cls, names: list[str], info: Any) -> list[str]:
         bad = [n for n in names if placeholders("${" + n + "}") != [n]]
         if bad:
             msg = (
-                f"env_vars lists {bad}, which are not variable names; list bare "
-                "names (letters, digits, _), e.g. [RAGFLOW_API_KEY], not ${...}"
+                f"{info.field_name} lists {bad}, which are not variable names; "
+                "list bare names (letters, digits, _), e.g. [RAGFLOW_API_KEY], "
+                "not ${...}"
             )
             raise ValueError(msg)
         return names
@@ -147,7 +159,8 @@ class RunConfig(StrictModel):
                     msg = (
                         f"judges.{judge} is a reference judge and has no measure "
                         f"for dimensions {unmeasured} (measures: "
-                        f"{dict(engine.measures)}); map each to support or coverage "
+                        f"{dict(engine.measures)}); map each to one of "
+                        f"{', '.join(get_args(Measure))} "
                         f"under judges.{judge}.measures, or score those dimensions "
                         "with LLM judges only in another run"
                     )
@@ -210,24 +223,50 @@ class RunConfig(StrictModel):
                 f"{'it' if len(names) == 1 else 'them'} there"
             )
             raise ValueError(msg)
-        if not self.allow_remote_code:
-            for role, engine in self.engines():
-                if not isinstance(engine, VllmEngineConfig):
-                    continue
-                kwargs = code_loading_kwargs(engine.engine_kwargs)
-                env = sorted(k for k in engine.env if k in CODE_LOADING_ENV)
-                if kwargs or env:
-                    what = [f"engine_kwargs.{k}" for k in kwargs]
-                    what += [f"env.{k}" for k in env]
-                    msg = (
-                        f"{role} sets {what}, which load and run code from outside "
-                        "cube_ray and vLLM (a model's own Python files, a class "
-                        "named by path, a search path or preloaded library); if "
-                        "you trust that code, set "
-                        "allow_remote_code: true at the top level of the config"
-                    )
-                    raise ValueError(msg)
+        for role, engine in self.engines():
+            if isinstance(engine, VllmEngineConfig):
+                self._check_engine_env(role, engine)
         return self
+
+    def _check_engine_env(self, role: str, engine: VllmEngineConfig) -> None:
+        """Refuse an engine's code-loading switches and untrusted ``env`` names.
+
+        Code-loading switches need ``allow_remote_code``; ``env`` names outside
+        the tuning allow-list need ``allow_env``.
+        """
+        if not self.allow_remote_code:
+            kwargs = code_loading_kwargs(engine.engine_kwargs)
+            env = sorted(k for k in engine.env if k in CODE_LOADING_ENV)
+            if kwargs or env:
+                what = [f"engine_kwargs.{k}" for k in kwargs]
+                what += [f"env.{k}" for k in env]
+                msg = (
+                    f"{role} sets {what}, which load and run code from outside "
+                    "cube_ray and vLLM (a model's own Python files, a class "
+                    "named by path, a search path or preloaded library); if "
+                    "you trust that code, set "
+                    "allow_remote_code: true at the top level of the config"
+                )
+                raise ValueError(msg)
+        allowed = set(self.allow_env)
+        other = sorted(
+            k
+            for k in engine.env
+            if k not in CODE_LOADING_ENV
+            and not engine_env_allowed(k)
+            and k not in allowed
+        )
+        if other:
+            msg = (
+                f"{role}.env sets {other}, which {'is' if len(other) == 1 else 'are'}"
+                " not among the tuning variables an engine may set (VLLM_*, "
+                "OMP_*, KMP_*, MKL_*, OPENBLAS_*, NCCL_*, CUDA_VISIBLE_DEVICES, "
+                "HF_HUB_OFFLINE, ...; docs/engines.md): such a variable can make "
+                "the engine process load code or files (OPENSSL_CONF loads a "
+                "shared object). If you need it, name it at the top level of the "
+                f"config: allow_env: {other}"
+            )
+            raise ValueError(msg)
 
     def engines(self) -> list[tuple[str, EngineConfig | ReferenceJudgeConfig]]:
         """(``generator`` / ``judges.<name>``, engine config) of every engine."""
@@ -442,6 +481,15 @@ def _judge_problems(config: RunConfig) -> list[str]:
                 f"judges.{name}.logprobs: true (if the endpoint returns them) or "
                 "score_mode: argmax"
             )
+        if getattr(engine, "protocol", "score") == "checklist":
+            for i, dim in enumerate(config.dimensions):
+                try:
+                    checklist(dim.rubric_text(), dimension=dim.name)
+                except ConfigError as exc:
+                    problems.append(
+                        f"judges.{name}.protocol is 'checklist', but "
+                        f"dimensions[{i}]: {exc}"
+                    )
     return problems
 
 
@@ -453,9 +501,11 @@ def _file_problems(config: RunConfig) -> list[str]:
         ("question", prompts.question),
         ("answer", prompts.answer),
         ("judge", prompts.judge),
+        ("judge_checklist", prompts.judge_checklist),
+        ("judge_dimensions", prompts.judge_dimensions),
     ):
         try:
-            check_template(name, kind)
+            check_template(name, "judge" if kind.startswith("judge") else kind)
         except ConfigError as exc:
             problems.append(f"prompts.{kind}: {exc}")
     for i, dim in enumerate(config.dimensions):

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cube_ray.engines.base import (
@@ -51,14 +51,20 @@ from cube_ray.engines.base import (
 __all__ = [
     "SPLIT_TOLERANCE",
     "ExpectedReading",
+    "YesNoReading",
     "expected_value",
     "parse_score",
     "read_expected",
+    "read_score_lines",
+    "read_yes_no",
     "score_distribution",
     "score_mass",
+    "score_starts",
     "split_matters",
     "split_one_ten",
     "valid_logprob",
+    "yes_no_mass",
+    "yes_no_word",
     "zero_share",
 ]
 
@@ -333,3 +339,214 @@ def read_expected(
 
 def _note(text: str | None, note: str) -> str:
     return f"{text} [{note}]" if text else f"[{note}]"
+
+
+# -- judging protocols (CUBE_METHOD.md section 14) ---------------------------
+
+_WORD_EDGES = " \t\n\r\"'`*.,;:!?()[]{}。，；：！？「」『』“”‘’（）"
+
+
+def _norm(token: str) -> str:
+    return token.strip(_WORD_EDGES).casefold()
+
+
+def yes_no_word(text: str | None, words: tuple[str, str]) -> bool | None:
+    """True for the yes word, False for the no word, None for anything else.
+
+    Case, spacing and punctuation around the word do not matter.
+
+    >>> [yes_no_word(t, ("yes", "no")) for t in ("Yes.", " no", "maybe", None)]
+    [True, False, None, None]
+    >>> yes_no_word("是。", ("是", "否")), yes_no_word("**否**", ("是", "否"))
+    (True, False)
+    """
+    if text is None:
+        return None
+    got = _norm(text)
+    yes, no = (_norm(w) for w in words)
+    if got == yes:
+        return True
+    return False if got == no else None
+
+
+def yes_no_mass(
+    first_token_logprobs: Iterable[tuple[str, float]], words: tuple[str, str]
+) -> tuple[float, float]:
+    """Probability of the yes and of the no word at the answer's first token.
+
+    A token counts for a word when, without case, spacing and punctuation, it
+    is a non-empty prefix of the word ("Yes", " yes", "YES" and the first piece
+    "y" of a tokenizer that splits it); duplicates add up; what is not a
+    log-probability is ignored (:func:`valid_logprob`). A token that is a
+    prefix of both words counts for neither.
+
+    >>> lp = math.log
+    >>> y, n = yes_no_mass([("Yes", lp(.5)), (" yes", lp(.2)), ("No", lp(.1)),
+    ...     ("Sure", lp(.2))], ("yes", "no"))
+    >>> round(y, 3), round(n, 3)
+    (0.7, 0.1)
+    >>> round(yes_no_mass([("是", lp(.9)), ("否", lp(.05)), ("的", lp(.05))],
+    ...     ("是", "否"))[1], 6)
+    0.05
+    >>> yes_no_mass([("y", math.nan), ("n", 5.0)], ("yes", "no"))
+    (0.0, 0.0)
+    """
+    yes, no = (_norm(w) for w in words)
+    p_yes = p_no = 0.0
+    for token, raw in first_token_logprobs:
+        key = _norm(str(token))
+        logprob = valid_logprob(raw)
+        if not key or logprob is None:
+            continue
+        is_yes, is_no = yes.startswith(key), no.startswith(key)
+        if is_yes == is_no:
+            continue
+        if is_yes:
+            p_yes += math.exp(logprob)
+        else:
+            p_no += math.exp(logprob)
+    return p_yes, p_no
+
+
+@dataclass(frozen=True, slots=True)
+class YesNoReading:
+    """P(yes) of one yes/no reply, or why there is none."""
+
+    p_yes: float | None
+    """P(yes) normalised over yes and no (0 or 1 when read from the text)."""
+    status: str
+    """``ok``, ``low_score_mass``, ``no_logprobs`` or ``parse_error``."""
+    mass: float
+    """Probability on the yes and no tokens at the first position."""
+
+
+def read_yes_no(
+    first_token_logprobs: Iterable[tuple[str, float]] | None,
+    *,
+    text: str | None,
+    words: tuple[str, str],
+    min_mass: float,
+) -> YesNoReading:
+    """P(yes) of a yes/no reply; the one rule every engine uses.
+
+    With log-probabilities: P(yes) / (P(yes) + P(no)) at the first token, when
+    the two hold at least ``min_mass`` (``min_score_mass``); without any
+    (``None``: an API that gives none, or ``argmax`` mode): 1 or 0 from the
+    text's word, ``parse_error`` for another text.
+
+    >>> lp = math.log
+    >>> r = read_yes_no([("是", lp(.6)), ("否", lp(.2)), ("x", lp(.2))],
+    ...     text="是", words=("是", "否"), min_mass=0.5)
+    >>> r.p_yes, r.status
+    (0.75, 'ok')
+    >>> read_yes_no([("x", lp(.9)), ("no", lp(.1))], text="x", words=("yes", "no"),
+    ...     min_mass=0.5).status
+    'low_score_mass'
+    >>> read_yes_no(None, text="No.", words=("yes", "no"), min_mass=0.5).p_yes
+    0.0
+    >>> read_yes_no(None, text="perhaps", words=("yes", "no"), min_mass=0.5).status
+    'parse_error'
+    """
+    if first_token_logprobs is None:
+        said = yes_no_word(text, words)
+        if said is None:
+            return YesNoReading(None, "parse_error", 0.0)
+        return YesNoReading(1.0 if said else 0.0, "ok", 1.0)
+    p_yes, p_no = yes_no_mass(first_token_logprobs, words)
+    total = p_yes + p_no
+    if total <= 0.0:
+        return YesNoReading(None, STATUS_NO_LOGPROBS, 0.0)
+    if total < min_mass:
+        return YesNoReading(None, STATUS_LOW_SCORE_MASS, total)
+    return YesNoReading(round(p_yes / total, 6), "ok", total)
+
+
+def score_starts(tokens: Sequence[str]) -> list[int]:
+    r"""Where each score of a one-score-a-line reply starts: token indices.
+
+    A score starts at a token holding a digit whose text so far ends a line (or
+    is blank); the tokens after it on its line continue it ("1" then "0").
+
+    >>> score_starts(["7", "\n", "1", "0", "\n", "\n", " 5"])
+    [0, 2, 6]
+    >>> score_starts(["Scores", ":", "\n", "8", "\n9"])
+    [3]
+    """
+    starts: list[int] = []
+    so_far = ""
+    for i, token in enumerate(tokens):
+        line_start = not so_far.strip() or so_far.endswith("\n")
+        if line_start and token.strip()[:1].isdigit():
+            starts.append(i)
+        so_far += token
+    return starts
+
+
+def read_score_lines(
+    tokens: Sequence[str] | None,
+    steps: Sequence[Sequence[tuple[str, float]]] | None,
+    *,
+    text: str | None,
+    count: int,
+    ten_is_one_token: bool | None,
+    min_mass: float,
+    expected: bool,
+) -> list[ExpectedReading]:
+    r"""The ``count`` scores of a one-score-a-line reply (``all_dimensions``).
+
+    The text must hold exactly ``count`` lines, each one integer 0..10, else
+    every score is a ``parse_error``. ``expected``: each score is read with
+    :func:`read_expected` at its position (:func:`score_starts`), the "1"/"10"
+    split from the step after a "1"; without positions the scores are
+    ``no_logprobs``.
+
+    Args:
+        tokens: The generated tokens (None: unknown).
+        steps: Per generated token, its ``(token, logprob)`` alternatives.
+        text: The reply.
+        count: Scores expected (the dimensions).
+        ten_is_one_token: Tokenizer property, None if unknown.
+        min_mass: ``min_score_mass``.
+        expected: Read expected scores (else the greedy ones of the text).
+
+    >>> lp = math.log
+    >>> toks = ["7", "\n", "1", "0"]
+    >>> steps = [[("7", lp(.5)), ("9", lp(.5))], [("\n", 0.0)],
+    ...     [("1", lp(.8)), ("2", lp(.2))], [("0", lp(.5)), ("\n", lp(.5))]]
+    >>> [r.score for r in read_score_lines(toks, steps, text="7\n10", count=2,
+    ...     ten_is_one_token=False, min_mass=0.5, expected=True)]
+    [8.0, 4.8]
+    >>> [r.status for r in read_score_lines(None, None, text="7\nten", count=2,
+    ...     ten_is_one_token=None, min_mass=0.5, expected=False)]
+    ['parse_error', 'parse_error']
+    """
+    lines = [line for line in (text or "").split("\n") if line.strip()]
+    greedy = [parse_score(line) for line in lines]
+    if len(lines) != count or any(g is None for g in greedy):
+        note = _note(text, f"not {count} scores 0..10, one a line")
+        return [ExpectedReading(None, "parse_error", 0.0, note)] * count
+    if not expected:
+        return [
+            ExpectedReading(g, "ok", 1.0, line)
+            for g, line in zip(greedy, lines, strict=True)
+        ]
+    starts = score_starts(tokens or [])
+    if not steps or len(starts) != count or starts[-1] >= len(steps):
+        note = _note(text, "score positions not found in the logprobs")
+        return [ExpectedReading(None, STATUS_NO_LOGPROBS, 0.0, note)] * count
+    out = []
+    for pos, line in zip(starts, lines, strict=True):
+        token = (tokens or [])[pos].strip()
+        split = None
+        if token == "1" and pos + 1 < len(steps):
+            split = zero_share(steps[pos + 1])
+        out.append(
+            read_expected(
+                steps[pos],
+                text=line,
+                ten_is_one_token=ten_is_one_token,
+                one_then_zero=split,
+                min_mass=min_mass,
+            )
+        )
+    return out

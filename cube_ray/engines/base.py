@@ -28,6 +28,7 @@ __all__ = [
     "Generation",
     "ItemJudge",
     "JudgeItem",
+    "ProtocolEngine",
     "SamplingParams",
     "ScoreMode",
     "ScoreResult",
@@ -134,6 +135,29 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Release resources (engine memory, connections). Idempotent."""
+        ...
+
+
+@runtime_checkable
+class ProtocolEngine(Protocol):
+    """An engine that can judge under every protocol (CUBE_METHOD.md section 14).
+
+    ``yes_no`` returns P(yes) in 0..1 in :attr:`ScoreResult.score` (protocol
+    ``checklist``); ``score_lines`` returns, per prompt, ``count`` scores 0..10
+    written one a line (``all_dimensions``), each carrying the whole call's
+    token counts.
+    """
+
+    def yes_no(
+        self, prompts: Sequence[str], *, words: tuple[str, str], mode: ScoreMode
+    ) -> list[ScoreResult]:
+        """P(yes) per prompt, normalised over ``words`` (yes, no)."""
+        ...
+
+    def score_lines(
+        self, prompts: Sequence[str], *, count: int, mode: ScoreMode
+    ) -> list[list[ScoreResult]]:
+        """``count`` scores per prompt, one a line, in order."""
         ...
 
 

@@ -15,11 +15,15 @@ from pydantic import Field, field_validator, model_validator
 
 from cube_ray._pydantic import StrictModel
 from cube_ray.credentials import literal_credential, literal_in_url
+from cube_ray.http_reply import check_http_url
+from cube_ray.protocols import Baseline, JudgeProtocol
 
 __all__ = [
     "ACCOUNTING_FIELDS",
     "CODE_LOADING_ENV",
     "CODE_LOADING_KWARGS",
+    "ENGINE_ENV_NAMES",
+    "ENGINE_ENV_PREFIXES",
     "SAFE_KWARG_VALUES",
     "SCORING_KEYS",
     "TRANSPORT_FIELDS",
@@ -27,6 +31,7 @@ __all__ = [
     "EngineConfig",
     "FakeEngineConfig",
     "JudgeConfig",
+    "Measure",
     "OpenAIHttpEngineConfig",
     "PoolConfig",
     "PriceConfig",
@@ -34,6 +39,7 @@ __all__ = [
     "SamplingConfig",
     "VllmEngineConfig",
     "code_loading_kwargs",
+    "engine_env_allowed",
 ]
 
 
@@ -136,6 +142,14 @@ CODE_LOADING_ENV = frozenset(
     {
         "VLLM_ALLOW_INSECURE_SERIALIZATION",
         "VLLM_PLUGINS",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_NCCL_SO_PATH",
+        "VLLM_CUDART_SO_PATH",
+        "VLLM_RUST_FRONTEND_PATH",
+        "NCCL_NET_PLUGIN",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_PROFILER_PLUGIN",
+        "NCCL_ENV_PLUGIN",
         "PYTHONPATH",
         "PYTHONHOME",
         "PYTHONSTARTUP",
@@ -155,8 +169,62 @@ CODE_LOADING_ENV = frozenset(
 )
 """Engine ``env`` variables that make the engine process load or run code the
 config chooses (Python's and the dynamic linker's search paths and preloads,
-vLLM plugins, unpickling); a run config needs ``allow_remote_code: true`` to
-set them."""
+vLLM and NCCL plugins and libraries, a logging config that names classes,
+unpickling); a run config needs ``allow_remote_code: true`` to set them."""
+
+ENGINE_ENV_PREFIXES: tuple[str, ...] = (
+    "VLLM_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "NCCL_",
+)
+"""Prefixes of the tuning variables an engine ``env`` may set: vLLM's own
+(``vllm/envs.py``), the OpenMP and BLAS thread settings of its CPU backend and
+NCCL's (several GPUs). Those among them in :data:`CODE_LOADING_ENV` still need
+``allow_remote_code``."""
+
+ENGINE_ENV_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_MODULE_LOADING",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "HF_HUB_OFFLINE",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_TOKEN",
+        "TRANSFORMERS_OFFLINE",
+        "TOKENIZERS_PARALLELISM",
+        "LOCAL_RANK",
+        "NO_COLOR",
+        "DO_NOT_TRACK",
+    }
+)
+"""The other variables an engine ``env`` may set: which devices the engine sees,
+PyTorch's allocator, the Hugging Face cache and its offline switches (``HF_TOKEN``
+only as a ``${HF_TOKEN}`` placeholder), the tokenizers' threads, and the
+environment vLLM itself reads beside its ``VLLM_*`` names."""
+
+
+def engine_env_allowed(name: str) -> bool:
+    """Whether an engine ``env`` may set ``name`` without ``allow_env``.
+
+    Tuning variables only (:data:`ENGINE_ENV_PREFIXES`,
+    :data:`ENGINE_ENV_NAMES`); anything else, such as ``OPENSSL_CONF`` (which
+    makes ``import ssl`` load a shared object), ``GCONV_PATH`` or
+    ``PYTHONWARNINGS``, must be named in the run config's ``allow_env``.
+
+    >>> [engine_env_allowed(n) for n in ("VLLM_CPU_KVCACHE_SPACE", "OMP_NUM_THREADS",
+    ...  "CUDA_VISIBLE_DEVICES", "OPENSSL_CONF", "GCONV_PATH", "PYTHONWARNINGS")]
+    [True, True, True, False, False, False]
+    """
+    return name in ENGINE_ENV_NAMES or name.startswith(ENGINE_ENV_PREFIXES)
+
 
 SCORING_KEYS = frozenset(
     {
@@ -287,6 +355,17 @@ class _EngineBase(StrictModel):
     ``low_score_mass``, no score, and the mass in its raw text (a judge that
     mostly wanted to write something else has not given a score). Constrained
     engines (vLLM, ``guided_choice``) put all the mass on score tokens."""
+    protocol: JudgeProtocol = "score"
+    """How a judge's dimension scores are obtained (CUBE_METHOD.md section 14):
+    ``score``, one 0-10 score per answer and dimension; ``checklist``, one
+    yes/no question per answer and rubric item, the score ``10 * sum_i w_i *
+    P(yes_i)``; ``all_dimensions``, one call per answer writing every
+    dimension's score, one a line. Ignored where the engine generates."""
+    checklist_baseline: Baseline = "none"
+    """``protocol: checklist`` only: ``empty_answer`` reads each item's P(yes)
+    against the same item asked of an empty answer (one more call per question
+    and item), so a judge that says yes to everything scores every answer 5
+    (:func:`cube_ray.protocols.contrast`)."""
     sampling: SamplingConfig = SamplingConfig()
     """Sampling settings for generation."""
     pool: PoolConfig = PoolConfig()
@@ -294,6 +373,17 @@ class _EngineBase(StrictModel):
     price_per_mtok: PriceConfig | None = None
     """Its price (e.g. ``{prompt: 0.5, completion: 1.5}``), for the API cost
     that ``cube-ray plan`` and ``--dry-run`` estimate; None: not priced."""
+
+    @model_validator(mode="after")
+    def _check_baseline(self) -> _EngineBase:
+        if self.checklist_baseline != "none" and self.protocol != "checklist":
+            msg = (
+                f"checklist_baseline is {self.checklist_baseline!r} but protocol is "
+                f"{self.protocol!r}; a baseline applies to protocol: checklist only "
+                "(set protocol: checklist, or remove checklist_baseline)"
+            )
+            raise ValueError(msg)
+        return self
 
     @property
     def cpu_engine(self) -> bool:
@@ -334,7 +424,10 @@ class VllmEngineConfig(_EngineBase):
     ``{VLLM_CPU_KVCACHE_SPACE: "4"}`` on CPU. ``HF_HUB_OFFLINE=1`` is set unless
     given here. A value may be ``${NAME}`` (read from the driver's environment;
     NAME must be listed in the config's ``env_vars``); a variable named like a
-    credential (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) must be."""
+    credential (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) must be.
+    Only tuning variables (``VLLM_*``, ``OMP_*``, ``CUDA_VISIBLE_DEVICES``, ...:
+    :func:`engine_env_allowed`) unless the run config names others in
+    ``allow_env``."""
 
     @field_validator("env")
     @classmethod
@@ -460,6 +553,7 @@ class OpenAIHttpEngineConfig(_EngineBase):
     @field_validator("base_url")
     @classmethod
     def _base_url_credentials(cls, url: str) -> str:
+        check_http_url(url, field="base_url")
         where = literal_in_url(url)
         if where is not None:
             msg = (
@@ -488,7 +582,7 @@ class FakeEngineConfig(_EngineBase):
     """Sleep when the engine is built, to simulate loading a model."""
 
 
-Measure = Literal["support", "coverage"]
+Measure = Literal["support", "coverage", "facts"]
 """What the reference judge can measure (see :mod:`cube_ray.engines.reference`)."""
 _DEFAULT_MEASURES: dict[str, Measure] = {
     "relevance": "support",
@@ -513,7 +607,9 @@ class ReferenceJudgeConfig(StrictModel):
     """Dimension -> measure. ``support``: share of the answer's content units
     found in the gold document (faithfulness); ``coverage``: share of the
     units of the document's question-relevant lines found in the answer
-    (completeness)."""
+    (completeness); ``facts``: a fact check, the answer's numbers, names and
+    permissions/obligations that the document supports, ``k / (n + 1)``
+    (any dimension; see :mod:`cube_ray.facts`)."""
     units: Literal["bigrams", "words"] = "bigrams"
     """Content units: CJK character bigrams plus Latin words (no dictionary), or
     jieba words (needs the ``retrieval`` extra)."""

@@ -52,6 +52,7 @@ __all__ = [
     "assemble_parts",
     "cpu_dtype",
     "ensure_converted",
+    "is_converted",
     "model_dir",
 ]
 
@@ -167,6 +168,11 @@ def model_dir(config: EmbeddedEngineConfig | None = None) -> Path:
         else cache_dir() / "models"
     )
     return root / MODEL_DIR_NAME
+
+
+def is_converted(config: EmbeddedEngineConfig | None = None) -> bool:
+    """Whether the model is converted already (a run then only loads it)."""
+    return (model_dir(config) / _DONE).is_file()
 
 
 @contextlib.contextmanager

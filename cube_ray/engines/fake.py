@@ -116,5 +116,51 @@ class FakeEngine:
             out.append(ScoreResult(score, raw=f"{score:g}", prompt_tokens=len(prompt)))
         return out
 
+    def yes_no(
+        self, prompts: Sequence[str], *, words: tuple[str, str], mode: ScoreMode
+    ) -> list[ScoreResult]:
+        """P(yes) per prompt: hashed (``expected``) or 0/1 (``argmax``)."""
+        if self._latency_s:
+            time.sleep(self._latency_s)
+        out = []
+        for prompt in prompts:
+            self.calls += 1
+            if self._script is not None:
+                raw = self._next_scripted()
+                said = raw.strip().casefold()
+                yes, no = (w.casefold() for w in words)
+                p = 1.0 if said == yes else 0.0 if said == no else None
+                status = "ok" if p is not None else "parse_error"
+                out.append(ScoreResult(p, status=status, raw=raw))
+                continue
+            p = round(_digest(self.seed, prompt)[1] / 255, 3)
+            if mode == "argmax":
+                p = 1.0 if p >= 0.5 else 0.0
+            word = words[0] if p >= 0.5 else words[1]
+            out.append(ScoreResult(p, raw=word, prompt_tokens=len(prompt)))
+        return out
+
+    def score_lines(
+        self, prompts: Sequence[str], *, count: int, mode: ScoreMode
+    ) -> list[list[ScoreResult]]:
+        """``count`` deterministic scores in 0..10 per prompt."""
+        if self._latency_s:
+            time.sleep(self._latency_s)
+        out = []
+        for prompt in prompts:
+            self.calls += 1
+            d = _digest(self.seed, prompt)
+            scores = [
+                round(d[k % 16] / 255 * 10, 3)
+                if mode == "expected"
+                else float(d[k % 16] % 11)
+                for k in range(count)
+            ]
+            raw = "\n".join(f"{x:g}" for x in scores)
+            out.append(
+                [ScoreResult(x, raw=raw, prompt_tokens=len(prompt)) for x in scores]
+            )
+        return out
+
     def close(self) -> None:
         """Nothing to release."""

@@ -2,7 +2,8 @@
 
 An engine config's fields fall in four groups:
 
-- per request (:data:`PER_REQUEST_FIELDS`: ``sampling``, ``score_mode``): sent
+- per request (:data:`PER_REQUEST_FIELDS`: ``sampling``, ``score_mode``, the
+  judging ``protocol`` and its ``checklist_baseline``): sent
   with each request; they change outputs, not the engine that is loaded;
 - ``pool`` (sizes, batch size): how many copies run and how rows are batched;
   neither outputs nor the engine;
@@ -36,7 +37,9 @@ __all__ = [
     "identity_fields",
 ]
 
-PER_REQUEST_FIELDS = frozenset({"sampling", "score_mode"})
+PER_REQUEST_FIELDS = frozenset(
+    {"sampling", "score_mode", "protocol", "checklist_baseline"}
+)
 """Engine config fields that go with each request, not with the engine."""
 
 

@@ -12,6 +12,13 @@ for LLM judges on any corpus. Each dimension maps to one declared measure:
   relevant lines are those sharing a unit with the question (all lines when
   none does), so a question about materials is measured against the materials
   line rather than the whole guide.
+- ``facts`` (any dimension, faithfulness first): a deterministic fact check
+  (:mod:`cube_ray.facts`): the answer's numbers (by value, across numeral
+  systems), names (agencies, places, materials, quoted names) and permissions
+  or obligations, each supported by the document or not; the share is
+  ``supported / (checkable + 1)``, so an answer with no checkable fact scores 0.
+  A changed deadline, a swapped agency or a flipped 需要/无需 costs a whole
+  fact, where it moves ``support`` by one bigram in a hundred.
 
 Content units are CJK character bigrams plus Latin words (``units: bigrams``,
 no dictionary needed) or jieba words (``units: words``, needs rjieba). A
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MEASURES",
     "STATUS_NO_CONTENT",
+    "Measured",
     "ReferenceJudge",
     "content_units",
     "coverage",
@@ -102,25 +110,44 @@ def coverage(answer: set[str], relevant: set[str]) -> float | None:
     return len(answer & relevant) / len(relevant)
 
 
-def _support(item: JudgeItem, units: str) -> float | None:
-    return support(
+Measured = tuple[float, str]
+"""A measure's share in 0..1 and its detail for the score's ``raw`` text."""
+
+
+def _support(item: JudgeItem, units: str) -> Measured | None:
+    share = support(
         content_units(item.answer, units=units),
         content_units(item.document, units=units),
     )
+    return None if share is None else (share, f"{share:.4f}")
 
 
-def _coverage(item: JudgeItem, units: str) -> float | None:
+def _coverage(item: JudgeItem, units: str) -> Measured | None:
     question = content_units(item.question, units=units)
     lines = relevant_lines(item.document, question, units=units)
     relevant = set().union(*(content_units(x, units=units) for x in lines))
-    return coverage(content_units(item.answer, units=units), relevant)
+    share = coverage(content_units(item.answer, units=units), relevant)
+    return None if share is None else (share, f"{share:.4f}")
 
 
-MEASURES: dict[str, Callable[[JudgeItem, str], float | None]] = {
+def _facts(item: JudgeItem, units: str) -> Measured:
+    """The fact check's share, and which facts the document does not support."""
+    from cube_ray.facts import check_facts, facts_share
+
+    facts = check_facts(item.answer, item.document, question=item.question)
+    share = facts_share(facts)
+    wrong = [f"{f.kind} {f.text!r}" for f in facts if not f.supported]
+    detail = f"{share:.4f} ({sum(f.supported for f in facts)}/{len(facts)} supported"
+    return share, detail + (f"; unsupported: {', '.join(wrong)})" if wrong else ")")
+
+
+MEASURES: dict[str, Callable[[JudgeItem, str], Measured | None]] = {
     "support": _support,
     "coverage": _coverage,
+    "facts": _facts,
 }
-"""Measure name -> function of (item, units) giving a share in 0..1."""
+"""Measure name -> function of (item, units) giving a share in 0..1 and its
+detail (None: nothing to measure)."""
 
 
 class ReferenceJudge:
@@ -159,13 +186,12 @@ class ReferenceJudge:
                     f"{item.dimension!r} (measures: {self._measures})"
                 )
                 raise EngineError(msg)
-            share = MEASURES[measure](item, self._units)
-            if share is None:
+            measured = MEASURES[measure](item, self._units)
+            if measured is None:
                 out.append(ScoreResult(None, status=STATUS_NO_CONTENT))
                 continue
-            out.append(
-                ScoreResult(round(10.0 * share, 6), raw=f"{measure}={share:.4f}")
-            )
+            share, detail = measured
+            out.append(ScoreResult(round(10.0 * share, 6), raw=f"{measure}={detail}"))
         return out
 
     def generate(

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from cube_ray.engines._scoring import (
     parse_score,
     read_expected,
+    read_score_lines,
+    read_yes_no,
     score_distribution,
     score_mass,
     split_matters,
@@ -46,6 +48,7 @@ from cube_ray.engines.base import (
 )
 from cube_ray.env import expand_env
 from cube_ray.errors import EngineError, MissingDependencyError
+from cube_ray.protocols import scores_regex
 
 if TYPE_CHECKING:
     from cube_ray.engines.config import VllmEngineConfig
@@ -328,6 +331,137 @@ class VllmEngine:
                 results[i] = ScoreResult(float(best), **common)
         return [r for r in results if r is not None]
 
+    # -- judging protocols (CUBE_METHOD.md section 14) ----------------------
+
+    def _protocol_run(
+        self, prompts: Sequence[str], params: Any, room: int
+    ) -> tuple[list[int], list[Any], list[ScoreResult | None], float]:
+        start = time.perf_counter()
+        results: list[ScoreResult | None] = [None] * len(prompts)
+        todo: list[int] = []
+        ids_todo: list[list[int]] = []
+        for i, prompt in enumerate(prompts):
+            ids = self.encode(prompt)
+            if len(ids) + room > self.max_model_len:
+                results[i] = ScoreResult(
+                    None, status="prompt_too_long", prompt_tokens=len(ids)
+                )
+                continue
+            todo.append(i)
+            ids_todo.append(ids)
+        outputs = self._run(ids_todo, params) if todo else []
+        per_row = (time.perf_counter() - start) / max(len(prompts), 1)
+        return todo, outputs, results, per_row
+
+    def yes_no(
+        self, prompts: Sequence[str], *, words: tuple[str, str], mode: ScoreMode
+    ) -> list[ScoreResult]:
+        """P(yes) per prompt (``checklist``), constrained to the two words.
+
+        Under the constraint the first token's alternatives are the first
+        pieces of the two words, so P(yes) is their share
+        (:func:`~cube_ray.engines._scoring.read_yes_no`); ``argmax`` takes
+        the greedy word (1 or 0).
+        """
+        from vllm import SamplingParams as VllmSamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        room = max(len(self._encode_plain(w)) for w in words) + 1
+        params = VllmSamplingParams(
+            max_tokens=room,
+            temperature=0.0,
+            logprobs=SCORE_TOP_LOGPROBS,
+            structured_outputs=StructuredOutputsParams(choice=list(words)),
+        )
+        todo, outputs, results, per_row = self._protocol_run(prompts, params, room)
+        # A word may start with a token that decodes to no text of its own (a
+        # byte of 否 in a byte-level tokenizer): the first token ids of each
+        # word's encodings name the word whatever they decode to.
+        starts = [
+            {
+                tid
+                for variant in (word, f" {word}", word.capitalize())
+                for tid in self._encode_plain(variant)[:1]
+            }
+            for word in words
+        ]
+        shared = starts[0] & starts[1]  # a token that starts both names neither
+        named = {
+            t: w for w, ids in zip(words, starts, strict=True) for t in ids - shared
+        }
+        for i, out in zip(todo, outputs, strict=True):
+            completion = out.outputs[0]
+            first = None
+            if mode == "expected":
+                lps = completion.logprobs or []
+                first = _pairs(lps[0], named=named) if lps else []
+            got = read_yes_no(
+                first, text=completion.text, words=words, min_mass=self.min_score_mass
+            )
+            results[i] = ScoreResult(
+                got.p_yes,
+                status=got.status,
+                raw=completion.text,
+                prompt_tokens=len(out.prompt_token_ids or ()),
+                completion_tokens=len(completion.token_ids),
+                latency_s=per_row,
+            )
+        return [r for r in results if r is not None]
+
+    def score_lines(
+        self, prompts: Sequence[str], *, count: int, mode: ScoreMode
+    ) -> list[list[ScoreResult]]:
+        """``count`` scores per prompt, one a line (``all_dimensions``).
+
+        Constrained to ``count`` lines of one integer 0..10 each; ``expected``
+        reads each score position's logprobs
+        (:func:`~cube_ray.engines._scoring.read_score_lines`).
+        """
+        from vllm import SamplingParams as VllmSamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        room = 3 * count + 1
+        params = VllmSamplingParams(
+            max_tokens=room,
+            temperature=0.0,
+            logprobs=SCORE_TOP_LOGPROBS,
+            structured_outputs=StructuredOutputsParams(regex=scores_regex(count)),
+        )
+        todo, outputs, failed, per_row = self._protocol_run(prompts, params, room)
+        out_rows: list[list[ScoreResult] | None] = [
+            None if r is None else [r] * count for r in failed
+        ]
+        for i, out in zip(todo, outputs, strict=True):
+            completion = out.outputs[0]
+            lps = completion.logprobs or []
+            tokens = None
+            if len(lps) == len(completion.token_ids):
+                tokens = [
+                    _chosen(lps[k], t) for k, t in enumerate(completion.token_ids)
+                ]
+            readings = read_score_lines(
+                tokens,
+                [_pairs(step) for step in lps],
+                text=completion.text,
+                count=count,
+                ten_is_one_token=self.ten_is_one_token,
+                min_mass=self.min_score_mass,
+                expected=mode == "expected",
+            )
+            out_rows[i] = [
+                ScoreResult(
+                    r.score,
+                    status=r.status,
+                    # The whole reply: every row of the answer shows all lines.
+                    raw=completion.text if r.status == "ok" else r.raw,
+                    prompt_tokens=len(out.prompt_token_ids or ()),
+                    completion_tokens=len(completion.token_ids),
+                    latency_s=per_row,
+                )
+                for r in readings
+            ]
+        return [r for r in out_rows if r is not None]
+
     def _one_ten_splits(
         self, ids_todo: Sequence[list[int]], outputs: Sequence[Any]
     ) -> dict[int, float]:
@@ -373,13 +507,25 @@ class VllmEngine:
         gc.collect()
 
 
-def _pairs(step: Mapping[int, Any]) -> list[tuple[str, float]]:
-    """``(decoded token, logprob)`` of one step's vLLM ``Logprob`` entries."""
+def _pairs(
+    step: Mapping[int, Any], *, named: Mapping[int, str] | None = None
+) -> list[tuple[str, float]]:
+    """``(decoded token, logprob)`` of one step's vLLM ``Logprob`` entries.
+
+    ``named``: token ids read as the given text instead of their decoding.
+    """
+    named = named or {}
     return [
-        (lp.decoded_token, float(lp.logprob))
-        for lp in step.values()
-        if lp.decoded_token is not None
+        (named.get(tid, lp.decoded_token), float(lp.logprob))
+        for tid, lp in step.items()
+        if lp.decoded_token is not None or tid in named
     ]
+
+
+def _chosen(step: Mapping[int, Any], token_id: int) -> str:
+    """The decoded text of the token chosen at one step ("" if not listed)."""
+    lp = step.get(token_id)
+    return str(lp.decoded_token) if lp is not None and lp.decoded_token else ""
 
 
 def _first_logprobs(completion: Any) -> list[tuple[str, float]]:

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.aggregate import fault_misses
+from cube_ray.aggregate import false_alarms, fault_misses
 from cube_ray.config import RunConfig
 from cube_ray.engines.base import BorrowedEngine
 from cube_ray.engines.identity import engine_identity
@@ -28,6 +28,7 @@ from cube_ray.judge_check._inputs import (
     _injection_cases,
     _judge_table,
 )
+from cube_ray.qualification import is_control
 
 DEFAULT_SAMPLE = 8
 """Documents in the bound sample by default (8 all-positive pairs give p = 0.004)."""
@@ -76,7 +77,9 @@ def _check_one(
         name,
         engine_config,
         rubrics=config.rubrics(),
-        template=config.prompts.judge,
+        template=config.prompts.judge_template(
+            getattr(engine_config, "protocol", "score")
+        ),
         nonce=nonce,
         engine_factory=lambda _config: BorrowedEngine(engine),
     )
@@ -93,6 +96,8 @@ def _check_one(
     result: dict[str, Any] = {
         "backend": engine_config.backend,
         "model": getattr(engine, "name", None),
+        # CUBE_METHOD.md section 14: separation and faults under this protocol.
+        "protocol": getattr(engine_config, "protocol", "score"),
         "seconds": round(seconds, 2),
         "rows": len(scores),
         "scored": sum(s[schema.SCORE] is not None for s in scores),
@@ -118,6 +123,9 @@ def _check_one(
         expected = {d.name: d.expected_faults() for d in config.dimensions}
         result["misses"] = [
             (kind, fig) for _, kind, fig in fault_misses({name: block}, expected)
+        ]
+        result["false_alarms"] = [
+            (kind, fig) for _, kind, fig in false_alarms({name: block})
         ]
     _verdict(result)
     result["ok"] = not result["failures"]
@@ -234,7 +242,12 @@ def check_judges(
             "injection_bases": pairs,
             "injection_cases": len(cases),
             "faulted_answers": sum(
-                f[schema.STATUS] == schema.STATUS_OK for f in faults
+                f[schema.STATUS] == schema.STATUS_OK and not is_control(f["kind"])
+                for f in faults
+            ),
+            "controls": sum(
+                f[schema.STATUS] == schema.STATUS_OK and is_control(f["kind"])
+                for f in faults
             ),
             "fault_kinds": list(config.qualification.kinds)
             if config.qualification
@@ -272,7 +285,8 @@ def _run_judge(
     n_faults = sum(f[schema.STATUS] == schema.STATUS_OK for f in faults)
     say(
         f"judge {name} ({engine_config.backend}): {rows.num_rows} bound answers"
-        f" + {n_faults} faulted answers x {len(config.dimensions)} dimensions"
+        f" + {n_faults} faulted answers and controls x {len(config.dimensions)}"
+        " dimensions"
         f" + {len(cases)} injection cases"
     )
     owned = engine is None

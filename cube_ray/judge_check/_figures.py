@@ -12,6 +12,7 @@ from typing import Any
 
 from cube_ray import schema
 from cube_ray.aggregate import (
+    FALSE_ALARM,
     MISSES_FAULTS,
     NOT_SEPARATED,
     TOO_FEW_FAULTS,
@@ -41,15 +42,19 @@ def qualification(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Per fault kind and dimension (and the equal-weighted total) the detection.
 
-    ``scores``: the judge's score rows of the full-bound answers and of the
-    faulted ones (``system`` = ``fault:<kind>``); ``faults``: the qualification
-    rows. Returns ``kind -> figure -> {n, skipped, drop, p_value, detected}``
-    (:func:`cube_ray.aggregate.fault_detection`).
+    ``scores``: the judge's score rows of the full-bound answers, of the
+    faulted ones and of their controls (``system`` = ``fault:<kind>``,
+    ``fault:<kind>:control``); ``faults``: the qualification rows. Returns
+    ``kind -> figure -> test`` (:func:`cube_ray.aggregate.fault_detection`:
+    the fault's drop, the control's, the net drop, each with its interval;
+    ``detected`` net of the control, ``false_alarm``).
     """
     import polars as pl
 
     from cube_ray.aggregate import fault_detection, qualification_block
     from cube_ray.aggregate._qualification import fixed_weights
+    from cube_ray.qualification import is_control
+    from cube_ray.qualification._table import STATUS_NO_CONTROL
 
     cols = [
         schema.QUESTION_ID,
@@ -86,17 +91,25 @@ def qualification(
         min_drop=min_drop,
         alpha=alpha,
     )
-    kinds = list(dict.fromkeys(f["kind"] for f in faults))
-    skipped = {
-        k: sum(f["kind"] == k and f[schema.STATUS] != schema.STATUS_OK for f in faults)
-        for k in kinds
-    }
+    kinds = [k for k in dict.fromkeys(f["kind"] for f in faults) if not is_control(k)]
+    mine = [f for f in faults if f["kind"] in kinds]
     block = qualification_block(
         detection,
         judges=judges,
         kinds=kinds,
         figures=[*dimensions, MEAN_FIGURE],
-        skipped=skipped,
+        skipped={
+            k: sum(
+                f["kind"] == k and f[schema.STATUS] != schema.STATUS_OK for f in mine
+            )
+            for k in kinds
+        },
+        no_control={
+            k: sum(
+                f["kind"] == k and f[schema.STATUS] == STATUS_NO_CONTROL for f in mine
+            )
+            for k in kinds
+        },
     )
     return next(iter(block.values()), {})
 
@@ -220,8 +233,15 @@ def _verdict(result: dict[str, Any]) -> None:
     for kind, dim in result.get("misses", []):
         test = result["qualification"][kind][dim]
         failures.append(
-            f"{MISSES_FAULTS}: {kind} on {dim} (drop {_fmt(test['drop'])}, "
-            f"p = {_fmt(test['p_value'])})"
+            f"{MISSES_FAULTS}: {kind} on {dim} (net drop {_fmt(test['net_drop'])}, "
+            f"p = {_fmt(test['net_p'])}; drop {_fmt(test['drop'])}, control drop "
+            f"{_fmt(test['control_drop'])})"
+        )
+    for kind, dim in result.get("false_alarms", []):
+        test = result["qualification"][kind][dim]
+        warnings.append(
+            f"{FALSE_ALARM}: {kind} control on {dim} (control drop "
+            f"{_fmt(test['control_drop'])}, p = {_fmt(test['control_p'])})"
         )
     for kind, dim in result.get("untested", []):
         n = result["qualification"][kind][dim]["n"]

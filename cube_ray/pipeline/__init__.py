@@ -19,7 +19,7 @@ every judge on every dimension, then ``summary.json``, the report and
 | ``intake`` | corpus, question file, QA files, checked before anything runs |
 | ``sampling`` | the run's sample (``sample:``): which documents get questions |
 | ``sources`` | each stage's source table (Arrow on the driver or Ray Data) |
-| ``state`` | ``RunState``: what the driver's collaborators share about a run |
+| ``state`` | ``RunOptions``, ``RunState``: what the driver's collaborators share |
 | ``driver`` | one run on the driver: its collaborators, walking the graph |
 | ``summary`` | ``summary.json`` from the written tables (also ``cube-ray aggregate``) |
 | ``run`` | ``run_pipeline`` and ``manifest.json`` |

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cube_ray.config import RunConfig
+from cube_ray.console import console
 from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps
 from cube_ray.pipeline.engine_pool import EnginePools, engine_id
@@ -37,17 +38,18 @@ from cube_ray.pipeline.method import (
     stage_graph,
 )
 from cube_ray.pipeline.parts import StageStats, part_files
-from cube_ray.pipeline.retrieval_check import EARLY_MIN_ROWS, check_system_ids
+from cube_ray.pipeline.retrieval_check import (
+    EARLY_MIN_ROWS,
+    check_system_ids,
+    first_answer_line,
+)
 from cube_ray.pipeline.runner import StageRunner
 from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.pipeline.sources import StageSources
-from cube_ray.pipeline.state import RunState
+from cube_ray.pipeline.state import RunOptions, RunState
 from cube_ray.preflight._resources import stage_cpus
 from cube_ray.systems.kinds import system_kind
-
-if TYPE_CHECKING:
-    from cube_ray.pipeline.run import RunOptions
 
 __all__ = ["_Driver"]
 
@@ -128,6 +130,7 @@ class _Driver:
             n = self.sample.sample_questions()
             state.n_questions = state.n_docs if n is None else n
         prepared: set[str] = set()
+        shown: set[str] = set()
 
         def run_one(step: _Step) -> None:
             spec = step.spec
@@ -137,14 +140,23 @@ class _Driver:
                 prepared.add(system.name)
             self.run_spec(spec, step.wave, step.waves)
             if system is not None:  # unknown ids: stop, rather than score 0
+                answers = part_files(state.table_dir(ANSWERS))
+                questions = part_files(state.table_dir(QUESTIONS))
                 check_system_ids(
                     state.run_dir,
                     system,
-                    answers=part_files(state.table_dir(ANSWERS)),
+                    answers=answers,
                     documents=part_files(state.table_dir(DOCUMENTS)),
-                    questions=part_files(state.table_dir(QUESTIONS)),
+                    questions=questions,
                     min_rows=0 if step.wave == step.waves - 1 else EARLY_MIN_ROWS,
                 )
+                if system.name not in shown:  # what its paths read, once
+                    line = first_answer_line(
+                        system, answers=answers, questions=questions
+                    )
+                    if line is not None:
+                        shown.add(system.name)  # said with or without progress
+                        print(f"cube-ray: {line}", file=console(), flush=True)
 
         for spec in specs:  # early ones (QA files) fail before any stage
             system = spec.extra.get("system")

@@ -138,6 +138,16 @@ class _EngineHost:
     def score(self, prompts: list[str], mode: ScoreMode) -> _Served:
         return self._timed(self._engine.score, prompts, mode=mode)
 
+    def yes_no(
+        self, prompts: list[str], arg: tuple[tuple[str, str], ScoreMode]
+    ) -> _Served:
+        words, mode = arg
+        return self._timed(self._engine.yes_no, prompts, words=words, mode=mode)  # type: ignore[attr-defined]
+
+    def score_lines(self, prompts: list[str], arg: tuple[int, ScoreMode]) -> _Served:
+        count, mode = arg
+        return self._timed(self._engine.score_lines, prompts, count=count, mode=mode)  # type: ignore[attr-defined]
+
     def judge_items(self, items: list[JudgeItem], _: None) -> _Served:
         return self._timed(self._engine.judge_items, items)  # type: ignore[attr-defined]
 
@@ -309,6 +319,18 @@ class RemoteEngine:
         """Score on a host of the pool."""
         return list(self._call("score", prompts, mode))
 
+    def yes_no(
+        self, prompts: Sequence[str], *, words: tuple[str, str], mode: ScoreMode
+    ) -> list[ScoreResult]:
+        """P(yes) per prompt on a host of the pool (protocol ``checklist``)."""
+        return list(self._call("yes_no", prompts, (words, mode)))
+
+    def score_lines(
+        self, prompts: Sequence[str], *, count: int, mode: ScoreMode
+    ) -> list[list[ScoreResult]]:
+        """Scores one a line on a host of the pool (``all_dimensions``)."""
+        return list(self._call("score_lines", prompts, (count, mode)))
+
     def close(self) -> None:
         """The pool outlives its stages: nothing to release here."""
 
@@ -414,9 +436,9 @@ def _say_console(text: str) -> None:
 def _start_work(config: Any) -> str:
     """What an engine host does before its first call (for the console)."""
     if getattr(config, "backend", None) == "embedded":
-        from cube_ray.engines.embedded import _DONE, model_dir
+        from cube_ray.engines.embedded import is_converted
 
-        if not (model_dir(config) / _DONE).is_file():
+        if not is_converted(config):
             return (
                 "converting the embedded model once (a few minutes; later runs "
                 "reuse it), then loading it"

@@ -20,8 +20,8 @@ import pyarrow as pa
 from cube_ray import schema
 from cube_ray.corpus import iter_document_batches, stable_hash
 from cube_ray.errors import CubeRayError, InputError
+from cube_ray.manifest import Manifest
 from cube_ray.pipeline.method import DOCUMENTS, QUESTIONS
-from cube_ray.pipeline.ownership import read_manifest
 from cube_ray.pipeline.parts import (
     CORRUPT_SUFFIX,
     PartWriter,
@@ -107,7 +107,8 @@ class Intake:
         state.run_dir.mkdir(parents=True, exist_ok=True)
         _heal_swaps(state.run_dir)
         target = state.table_dir(DOCUMENTS)
-        old_fp = read_manifest(state.run_dir).get("corpus_fingerprint")
+        manifest = Manifest.read(state.run_dir)
+        old_fp = manifest.corpus_fingerprint if manifest is not None else None
         # Same corpus, all documents there (a part set aside as corrupt is not).
         if old_fp == fingerprint and _rows_in(part_files(target)) == state.n_docs:
             shutil.rmtree(staging, ignore_errors=True)

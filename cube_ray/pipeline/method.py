@@ -67,7 +67,11 @@ TABLES = (DOCUMENTS, QUESTIONS, ANSWERS, SCORES)
 QUALIFICATION: Final = "qualification"
 """The faulted answers (CUBE_METHOD.md section 12; config ``qualification``)."""
 QUALIFICATION_SCORES: Final = "qualification_scores"
-"""The judges' scores of the faulted answers (``system`` = the fault kind)."""
+"""The judges' scores of the faulted answers and their controls (``system`` =
+the fault kind, or ``<kind>:control``)."""
+CONTROLS: Final = "controls-1"
+"""Version of the fault rows' layout in the fault stage's fingerprint: each
+fault with its control (CUBE_METHOD.md section 12, "Controls")."""
 QUALIFICATION_TABLES = (QUALIFICATION, QUALIFICATION_SCORES)
 FAULTS: Final = "faults"
 """Source of the fault stage: the sampled full-bound answers."""
@@ -168,6 +172,21 @@ def _light(engine: Any) -> PoolConfig:
     )
 
 
+def _judge_pool(engine: Any, dimensions: int) -> PoolConfig:
+    """A judge stage's pool; under ``all_dimensions`` a batch holds whole answers.
+
+    One call serves every dimension row of an answer that its batch holds, so
+    the batch size is rounded up to a multiple of the dimensions (the rows of
+    an answer come one after the other): one call per answer, not two for an
+    answer cut in half.
+    """
+    pool = _light(engine)
+    if getattr(engine, "protocol", "score") != "all_dimensions" or dimensions < 2:
+        return pool
+    size = -(-pool.batch_size // dimensions) * dimensions
+    return pool.model_copy(update={"batch_size": size})
+
+
 def stage_graph(
     config: RunConfig, *, corpus_fp: str = "", documents_path: str = ""
 ) -> list[StageSpec]:
@@ -266,7 +285,7 @@ def stage_graph(
                     "judge": judge,
                     "engine": engine,
                     "rubrics": rubrics,
-                    "template": config.prompts.judge,
+                    "template": _judge_template(config, engine),
                 },
                 Inputs(
                     ANSWERS,
@@ -274,7 +293,7 @@ def stage_graph(
                     {"judge": judge, "fingerprints": fps, "dimensions": dims},
                     per_row=len(dims),
                 ),
-                _light(engine),
+                _judge_pool(engine, len(dims)),
                 engines=(engine,),
                 after=answer_stages,
                 owners=((f"judges.{judge}", engine),),
@@ -285,14 +304,24 @@ def stage_graph(
     return specs
 
 
+def _judge_template(config: RunConfig, engine: Any) -> str:
+    """The judge template of the engine's protocol (CUBE_METHOD.md section 14)."""
+    return config.prompts.judge_template(getattr(engine, "protocol", "score"))
+
+
 def _judge_fingerprints(config: RunConfig, engine: Any) -> dict[str, str]:
-    """Dimension -> hash of (judge engine, judge template, rubric).
+    """Dimension -> hash of (judge engine, its protocol's template, rubric).
 
     The same for a judge's scores of the answers and of the faulted answers.
+    Under ``all_dimensions`` a dimension's score depends on every rubric (one
+    prompt holds them all), so each dimension's hash covers all of them.
     """
     rubrics = config.rubrics()
     efp = engine_fingerprint(engine)
-    tpl = template_text(config.prompts.judge)
+    tpl = template_text(_judge_template(config, engine))
+    if getattr(engine, "protocol", "score") == "all_dimensions":
+        every = "\x00".join(f"{d}\x00{r}" for d, r in rubrics.items())
+        return {d: stable_hash(efp, tpl, every) for d in rubrics}
     return {d: stable_hash(efp, tpl, r) for d, r in rubrics.items()}
 
 
@@ -304,8 +333,10 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
     """
     qual = config.qualification
     assert qual is not None
+    # CONTROLS: the rows of a run written before controls are rebuilt.
     fault_fp = stable_hash(
-        json.dumps(qual.model_dump(mode="json", exclude={"min_drop"}), sort_keys=True)
+        json.dumps(qual.model_dump(mode="json", exclude={"min_drop"}), sort_keys=True),
+        CONTROLS,
     )
     pool = PoolConfig(min_size=1, max_size=1, num_cpus=0, batch_size=256)
     specs = [
@@ -318,7 +349,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                 FAULTS,
                 fault_inputs,
                 {"kinds": list(qual.kinds), "seed": qual.seed, "fingerprint": fault_fp},
-                per_row=len(qual.kinds),
+                per_row=2 * len(qual.kinds),  # each fault and its control
                 by_wave=False,
             ),
             pool,
@@ -337,7 +368,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                     "judge": judge,
                     "engine": engine,
                     "rubrics": rubrics,
-                    "template": config.prompts.judge,
+                    "template": _judge_template(config, engine),
                 },
                 Inputs(
                     QUALIFICATION,
@@ -349,7 +380,7 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
                     },
                     per_row=len(dims),
                 ),
-                _light(engine),
+                _judge_pool(engine, len(dims)),
                 engines=(engine,),
                 after=(QUALIFICATION,),
             )

@@ -34,9 +34,10 @@ UPSTREAM_STATUSES = frozenset({STATUS_NO_ANSWER, STATUS_NO_QUESTION})
 counted, but not this stage's failures; the earlier stage's warning names the
 cause."""
 
-NOT_APPLICABLE_STATUSES = frozenset({"skipped"})
-"""A controlled fault whose kind does not apply to an answer (CUBE_METHOD.md
-section 12, ``cube_ray.qualification``): counted, never a failure."""
+NOT_APPLICABLE_STATUSES = frozenset({"skipped", "no_control"})
+"""A controlled fault whose kind does not apply to an answer, or that has no
+control (CUBE_METHOD.md section 12, ``cube_ray.qualification``): counted,
+never a failure."""
 
 STATUS_TIMEOUT = "timeout"
 """The status HTTP engines and systems give a request that ran out of its

@@ -27,6 +27,7 @@ from typing import Any
 
 from cube_ray.engines.config import ACCOUNTING_FIELDS, TRANSPORT_FIELDS
 from cube_ray.errors import ConfigError
+from cube_ray.manifest import Manifest
 
 __all__ = [
     "ALLOWED_CHANGES",
@@ -34,7 +35,6 @@ __all__ = [
     "check_config_owner",
     "check_corpus_owner",
     "config_differences",
-    "read_manifest",
 ]
 
 ALLOWED_CHANGES: tuple[str, ...] = (
@@ -45,6 +45,7 @@ ALLOWED_CHANGES: tuple[str, ...] = (
     "data_dirs",
     "allow_fake_engines",
     "allow_remote_code",
+    "allow_env",
     "allow_outside_paths",
     "corpus.limit",
     "sample.size",
@@ -65,16 +66,6 @@ _IGNORED_LEAVES = frozenset({"pool", *TRANSPORT_FIELDS, *ACCOUNTING_FIELDS})
 system's timeout, retries and concurrency, and prices change throughput or
 cost, not outputs (as for ``engine_fingerprint``): raising ``timeout_s`` before
 ``--retry-failed`` is the same run."""
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """The run dir's manifest, or {} when there is none (or it is unreadable)."""
-    path = run_dir / "manifest.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _allowed(path: str) -> bool:
@@ -164,7 +155,7 @@ def _refuse(run_dir: Path, what: str, details: list[str]) -> ConfigError:
 
 
 def check_config_owner(
-    run_dir: Path, config: Any, manifest: dict[str, Any] | None = None
+    run_dir: Path, config: Any, manifest: Manifest | None = None
 ) -> None:
     """Refuse a config that is another run than the one that made ``run_dir``.
 
@@ -176,15 +167,15 @@ def check_config_owner(
     Raises:
         ConfigError: Naming both config fingerprints and the keys that differ.
     """
-    manifest = read_manifest(run_dir) if manifest is None else manifest
-    old = manifest.get("config")
-    if not isinstance(old, dict):
+    manifest = Manifest.read(run_dir) if manifest is None else manifest
+    old = manifest.config if manifest is not None else None
+    if manifest is None or old is None:
         return  # no run has written rows here yet
     differences = config_differences(old, config.manifest_config())
     if differences:
         raise _refuse(
             run_dir,
-            f"its manifest has config fingerprint {manifest.get('config_hash')}, "
+            f"its manifest has config fingerprint {manifest.config_hash}, "
             f"this config has {config.fingerprint()}; they differ in:",
             differences,
         )
@@ -192,7 +183,7 @@ def check_config_owner(
 
 def check_corpus_owner(
     run_dir: Path,
-    manifest: dict[str, Any],
+    manifest: Manifest | None,
     *,
     fingerprint: str,
     old_documents: list[Path],
@@ -210,7 +201,7 @@ def check_corpus_owner(
     Raises:
         ConfigError: Naming both corpus fingerprints and a document that differs.
     """
-    old_fp = manifest.get("corpus_fingerprint")
+    old_fp = manifest.corpus_fingerprint if manifest is not None else None
     if old_fp is None or old_fp == fingerprint:
         return
     from cube_ray.pipeline.parts import verify_part

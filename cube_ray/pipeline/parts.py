@@ -15,7 +15,6 @@ import hashlib
 import json
 import re
 import shutil
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from cube_ray import schema
 from cube_ray.credentials import MASK, secret_forms, secret_values
 from cube_ray.errors import InputError
+from cube_ray.files import TMP_PREFIX, write_atomic
 from cube_ray.pipeline.method import QUALIFICATION_TABLES, TABLES
 from cube_ray.stages import NODE_ID
 
@@ -43,7 +43,7 @@ __all__ = [
     "verify_part",
 ]
 
-_TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = TMP_PREFIX
 _PENDING_PREFIX = ".compact-pending-"
 _CUR_HASH = "_cur_hash"
 
@@ -121,10 +121,17 @@ class PartWriter:
         self.table_dir.mkdir(parents=True, exist_ok=True)
         name = f"{self._stem}-{self._seq:06d}.parquet"
         self._seq += 1
-        tmp = self.table_dir / f"{_TMP_PREFIX}{name}"
-        pq.write_table(table, tmp, write_page_checksum=True)
-        tmp.replace(self.table_dir / name)
+        write_atomic(self.table_dir / name, _parquet(table))
         self.rows += table.num_rows
+
+
+def _parquet(table: pa.Table) -> Callable[[Any], None]:
+    """Writes ``table`` as Parquet with page checksums (:func:`verify_part`)."""
+
+    def write(sink: Any) -> None:
+        pq.write_table(table, sink, write_page_checksum=True)
+
+    return write
 
 
 CORRUPT_SUFFIX = ".corrupt-"
@@ -424,13 +431,7 @@ def _write_part(
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     # A unique temporary name: two attempts of one task may overlap.
-    tmp = out_dir / f"{_TMP_PREFIX}{uuid.uuid4().hex[:8]}-{name}"
-    try:
-        pq.write_table(batch, tmp, write_page_checksum=True)
-        tmp.replace(out_dir / name)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a file cut short (a full disk) is not kept
-        raise
+    write_atomic(out_dir / name, _parquet(batch))
     return pa.Table.from_pylist(
         [_describe(name, batch, nodes, redacted)], schema=_WRITTEN
     )

@@ -27,7 +27,7 @@ from cube_ray.pipeline.method import (
     QUESTIONS,
 )
 from cube_ray.pipeline.parts import part_files
-from cube_ray.qualification import seeded_sample
+from cube_ray.qualification import control_kind, seeded_sample
 from cube_ray.qualification._table import FAULTED, KIND
 from cube_ray.stages import DOC_HASH
 from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE, SAMPLED
@@ -147,8 +147,17 @@ def faults_source(run_dir: Path, config: RunConfig) -> pa.Table:
     return joined.select(list(FAULT_SOURCE)).sort_by(schema.QUESTION_ID)
 
 
+def _kinds(config: RunConfig) -> pa.Array:
+    """The configured fault kinds and their controls' kinds."""
+    qual = config.qualification
+    assert qual is not None
+    return pa.array(
+        [k for kind in qual.kinds for k in (kind, control_kind(kind))], pa.string()
+    )
+
+
 def qualification_source(run_dir: Path, config: RunConfig) -> pa.Table:
-    """The built faults of the current sample and kinds (``QUALIFICATION_SOURCE``)."""
+    """The built faults and controls of the sample (``QUALIFICATION_SOURCE``)."""
     qual = config.qualification
     assert qual is not None
     sample = qualification_sample(run_dir, config)
@@ -158,7 +167,7 @@ def qualification_source(run_dir: Path, config: RunConfig) -> pa.Table:
         [schema.QUESTION_ID, KIND, FAULTED],
         (pc.field(schema.STATUS) == schema.STATUS_OK)
         & pc.field(schema.QUESTION_ID).isin(sample.column(schema.QUESTION_ID))
-        & pc.field(KIND).isin(pa.array(list(qual.kinds), pa.string())),
+        & pc.field(KIND).isin(_kinds(config)),
     )
     questions = _read(
         run_dir,
@@ -185,7 +194,7 @@ def qualification_input(run_dir: Path, config: RunConfig) -> QualificationInput 
     from cube_ray.aggregate import QualificationInput
 
     sample = qualification_sample(run_dir, config).column(schema.QUESTION_ID)
-    kinds = pa.array(list(qual.kinds), pa.string())
+    kinds = _kinds(config)
     faults = _read(
         run_dir,
         QUALIFICATION,

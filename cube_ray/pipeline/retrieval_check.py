@@ -1,11 +1,14 @@
 """A system whose retrieved ids are not corpus ids is a misconfiguration, not a 0.
 
-A wrong ``retrieved_path`` (or ``id_pattern``, or a system indexing another
-corpus) gives every answer no gold rank, so the system's CuBE would be 0 while
-its rows stay ``ok``. After a system's stage, the driver counts its ``ok``
-answers whose retrieved ids are missing or hold no corpus id; when that is
-most of them, the run stops (exit 2) showing one such answer and the ids it
-got. ``cube-ray check`` asks each HTTP system one question for the same test
+A wrong ``id_pattern`` (or a system indexing another corpus) gives every
+answer no gold rank, so the system's CuBE would be 0 while its rows stay
+``ok``. After a system's stage, the driver counts its ``ok`` answers that
+returned ids none of which is a corpus id; when that is most of them, the run
+stops (exit 2) showing one such answer and the ids it got. An answer that
+retrieved nothing (an empty list) is a retrieval miss (recall 0 for that
+question), not a sign of misconfiguration; only when no answer at all holds
+an id (a wrong ``retrieved_path`` reads nothing) does the run stop for it.
+``cube-ray check`` asks each HTTP system two questions for the same test
 before a run.
 """
 
@@ -26,6 +29,8 @@ __all__ = [
     "MOST",
     "check_system_ids",
     "current_question_ids",
+    "first_answer_line",
+    "retrieved_nothing",
     "unknown_id_rows",
 ]
 
@@ -36,23 +41,36 @@ EARLY_MIN_ROWS = 20
 
 
 def unknown_id_rows(retrieved: pa.ChunkedArray | pa.Array, doc_ids: Any) -> pa.Array:
-    """Per answer: True when it retrieved no id that is a corpus id.
+    """Per answer: True when it returned ids and none of them is a corpus id.
+
+    An answer that retrieved nothing (empty or null) is a miss, not unknown.
 
     >>> ids = pa.array([["a", "x"], [], None, ["x"]], pa.list_(pa.string()))
     >>> unknown_id_rows(ids, pa.array(["a", "b"])).to_pylist()
-    [False, True, True, True]
+    [False, False, False, True]
     """
     if isinstance(retrieved, pa.ChunkedArray):
         retrieved = retrieved.combine_chunks()
-    n = len(retrieved)
     flat = pc.list_flatten(retrieved)
     parents = pc.list_parent_indices(retrieved)
     known = pc.is_in(flat, value_set=doc_ids)
     hits = pc.unique(pc.filter(parents, known)).to_pylist()
-    mask = [True] * n
+    sizes = pc.fill_null(pc.list_value_length(retrieved), 0).to_pylist()
+    mask = [size > 0 for size in sizes]
     for i in hits:
         mask[i] = False
     return pa.array(mask, pa.bool_())
+
+
+def retrieved_nothing(retrieved: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether no answer holds a single retrieved id.
+
+    >>> retrieved_nothing(pa.array([[], None], pa.list_(pa.string())))
+    True
+    >>> retrieved_nothing(pa.array([[], ["x"]], pa.list_(pa.string())))
+    False
+    """
+    return len(pc.list_flatten(retrieved)) == 0
 
 
 def _read(files: list[Path], columns: list[str], filters: list[Any] | None) -> pa.Table:
@@ -103,7 +121,9 @@ def check_system_ids(
     questions: list[Path],
     min_rows: int = 0,
 ) -> None:
-    """Stop when most of a system's answers retrieved no corpus id.
+    """Stop when most of a system's answers returned ids but no corpus id.
+
+    Or when none of its answers holds any id (every one empty).
 
     Args:
         run_dir: The run dir (for the message).
@@ -137,7 +157,10 @@ def check_system_ids(
         rows.column(schema.RETRIEVED_DOC_IDS), docs.combine_chunks()
     )
     bad = rows.filter(unknown)
-    if bad.num_rows <= MOST * rows.num_rows:
+    nothing = retrieved_nothing(rows.column(schema.RETRIEVED_DOC_IDS))
+    if nothing:
+        bad = rows
+    elif bad.num_rows <= MOST * rows.num_rows:
         return
     qid = bad.column(schema.QUESTION_ID)[0].as_py()
     got = bad.column(schema.RETRIEVED_DOC_IDS)[0].as_py() or []
@@ -150,11 +173,48 @@ def check_system_ids(
         "corpus' document ids (corpus.id_field)",
     }
     fix = fixes.get(getattr(system, "kind", ""), "check that it searches this corpus")
+    what = (
+        f"none of its {rows.num_rows} answers holds a retrieved id"
+        if nothing
+        else f"{bad.num_rows} of its {rows.num_rows} answers retrieved ids none of "
+        "which is a document of the corpus"
+    )
     msg = (
-        f"system {name!r}: {bad.num_rows} of its {rows.num_rows} answers retrieved "
-        "no document of the corpus, so every gold rank would be 0 and its CuBE "
+        f"system {name!r}: {what}, so every gold rank would be 0 and its CuBE "
         f"0; e.g. question {qid!r} got ids {got[:8]} and answer {answer!r}. "
         f"Fix: {fix}; then rerun (the run dir {str(run_dir)!r} keeps every "
         "other stage's rows)"
     )
     raise InputError(msg, field=f"systems[{name}]")
+
+
+def first_answer_line(
+    system: Any, *, answers: list[Path], questions: list[Path]
+) -> str | None:
+    """What an HTTP system's paths read from its first ``ok`` reply, in one line.
+
+    The question asked, the answer extracted (its first 200 characters) and the
+    retrieved ids, as ``cube-ray check`` shows them; None for other kinds, or
+    before any ``ok`` answer.
+    """
+    if getattr(system, "kind", "") != "http" or not answers or not questions:
+        return None
+    rows = _read(
+        answers,
+        [schema.QUESTION_ID, schema.ANSWER, schema.RETRIEVED_DOC_IDS],
+        [(schema.SYSTEM, "=", system.name), (schema.STATUS, "=", schema.STATUS_OK)],
+    )
+    if rows.num_rows == 0:
+        return None
+    first = rows.sort_by(schema.QUESTION_ID).slice(0, 1).to_pylist()[0]
+    qid = first[schema.QUESTION_ID]
+    asked = _read(
+        questions, [schema.QUESTION], [(schema.QUESTION_ID, "=", qid)]
+    ).column(schema.QUESTION)
+    question = asked[0].as_py() if len(asked) else qid
+    answer = (first[schema.ANSWER] or "")[:200]
+    ids = list(first[schema.RETRIEVED_DOC_IDS] or [])[:8]
+    return (
+        f"{system.name}: first answer: asked {question!r}; answer {answer!r}; "
+        f"retrieved ids {ids}"
+    )

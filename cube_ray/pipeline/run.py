@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import importlib.metadata
-import json
 import os
 import shutil
 import signal
@@ -27,7 +26,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,21 +39,20 @@ from cube_ray.console import console, quiet_console
 from cube_ray.corpus import with_prompt_language
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
+from cube_ray.files import check_run_dir_links
+from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.pipeline import heap
 from cube_ray.pipeline.driver import _Driver
 from cube_ray.pipeline.method import DOCUMENTS, QUALIFICATION_TABLES, TABLES
-from cube_ray.pipeline.ownership import (
-    check_config_owner,
-    check_corpus_owner,
-    read_manifest,
-)
+from cube_ray.pipeline.ownership import check_config_owner, check_corpus_owner
 from cube_ray.pipeline.parts import (
-    _TMP_PREFIX,
     StageStats,
     _rows_in,
     part_files,
     set_aside_corrupt,
 )
+from cube_ray.pipeline.repair import repair_duplicate_keys
+from cube_ray.pipeline.state import RunOptions
 from cube_ray.pipeline.summary import (
     _summarize_beside_driver,
     current_rows,
@@ -63,6 +61,7 @@ from cube_ray.pipeline.summary import (
 )
 from cube_ray.preflight import preflight
 from cube_ray.prompts import run_nonce
+from cube_ray.run_lock import run_dir_lock
 
 __all__ = [
     "RunOptions",
@@ -74,45 +73,6 @@ __all__ = [
     "summarize_run",
     "summarize_tables",
 ]
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Options of one run that are not part of the config."""
-
-    run_dir: Path
-    """Where the tables, summary and manifest go."""
-    limit: int | None = None
-    """Use only the first N corpus records (trials)."""
-    address: str | None = None
-    """Ray address; overrides ``ray.address`` of the config."""
-    call_log: str | None = None
-    """File that gets one line per engine call (tests, audits)."""
-    retry_failed: bool = False
-    """Re-run rows whose status is not ``ok``."""
-    progress: bool | None = None
-    """Progress bars; None uses ``ray.progress`` of the config."""
-    report: bool = True
-    """Write report.html/report.md when ``cube_ray.report`` is available."""
-    update: bool = False
-    """Let a changed config or corpus update the run dir in place (changed
-    rows recomputed); without it such a run is refused
-    (``cube_ray.pipeline.ownership``)."""
-    shrink: bool = False
-    """Allow a ``sample:`` that leaves out documents an earlier run of the run
-    dir sampled (their rows stay, left out of the summary)."""
-    quiet: bool = False
-    """Send vLLM/Ray output (and anything else written to stdout/stderr) to
-    ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
-    own progress and messages still reach the terminal."""
-    config_path: str | None = None
-    """The config file the run was started with (named in the rerun command
-    that warnings and an incomplete run suggest)."""
-    human: Path | None = None
-    """Human scores of an audit: the summary gets the calibrated CuBE (§13)."""
-    before_engines: Callable[[], None] | None = None
-    """Called once before the first engine starts (``cube-ray run`` says the
-    work and its time here: after every check, before the first model loads)."""
 
 
 @dataclass
@@ -148,12 +108,6 @@ def _versions() -> dict[str, str]:
             out[pkg] = importlib.metadata.version(pkg)
     out["python"] = sys.version.split()[0]
     return out
-
-
-def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
-    tmp.replace(path)
 
 
 def connect_ray(config: RunConfig, address: str | None = None) -> bool:
@@ -205,17 +159,25 @@ def run_pipeline(config: RunConfig, options: RunOptions) -> RunResult:
     config.rubrics()  # unreadable rubric files fail here, before any work
     if options.limit is None and config.corpus.limit is not None:
         options = dataclasses.replace(options, limit=config.corpus.limit)
+    # One run per run dir: the lock before the first write, to the end.
+    with run_dir_lock(options.run_dir, say=_say_run):
+        check_run_dir_links(options.run_dir)
+        return _run_locked(config, options)
+
+
+def _run_locked(config: RunConfig, options: RunOptions) -> RunResult:
+    """``run_pipeline`` once the run dir is this run's."""
     driver = _Driver(config, options)
     started = _utc()
-    manifest = read_manifest(options.run_dir)
+    previous = Manifest.read(options.run_dir)
     if not options.update:
-        check_config_owner(options.run_dir, config, manifest)
+        check_config_owner(options.run_dir, config, previous)
     staged = driver.intake.stage_documents()  # a bad corpus fails before Ray starts
     if not options.update:
         try:  # before any write: the run dir may be another run's
             check_corpus_owner(
                 options.run_dir,
-                manifest,
+                previous,
                 fingerprint=staged[1],
                 old_documents=part_files(driver.state.table_dir(DOCUMENTS)),
                 new_documents=part_files(staged[0]),
@@ -252,7 +214,7 @@ def _run_stages(
 ) -> RunResult:
     """Everything after the staged documents: Ray, preflight, stages, summary."""
     run_dir = options.run_dir
-    manifest_path = run_dir / "manifest.json"
+    manifest_path = run_dir / MANIFEST
     try:
         owned = connect_ray(config, options.address)
     except BaseException:
@@ -272,31 +234,34 @@ def _run_stages(
             early_log.replace(log_path)  # the open descriptors follow it
         # Resume: a part file that does not read is set aside and redone.
         set_aside_corrupt(run_dir, stamp=driver.state.stamp, say=_say_run)
+        # A dir two runs wrote at once (before the lock): one row per key.
+        repair_duplicate_keys(run_dir, say=_say_run)
         corpus_fp = driver.intake.documents(staged)
         # The prompt-tag nonce: kept from the first run of this dir, so prompts
         # (and vLLM's prefix cache) stay the same on resume.
         nonce = run_nonce(
-            read_manifest(run_dir).get("prompt_nonce"),
+            _recorded_nonce(run_dir),
             config.fingerprint(),
             corpus_fp,
             key=prompt_key(),
         )
         driver.state.stage_context = {"nonce": nonce}
         # Kept from earlier runs of the dir: their rows are not rewritten.
-        earlier_redacted = read_manifest(run_dir).get("secrets_redacted") or {}
-        manifest: dict[str, Any] = {
-            "status": "running",
-            "config": config.manifest_config(),
-            "prompt_nonce": nonce,
-            "config_hash": config.fingerprint(),
-            "corpus_fingerprint": corpus_fp,
-            "limit": options.limit,
-            "versions": _versions(),
-            "started": started,
-            "run_stamp": driver.state.stamp,
-            "secrets_redacted": earlier_redacted,
-        }
-        _atomic_json(manifest_path, manifest)
+        earlier = Manifest.read(run_dir)
+        earlier_redacted = earlier.secrets_redacted if earlier is not None else {}
+        manifest = Manifest(
+            status="running",
+            config=config.manifest_config(),
+            prompt_nonce=nonce,
+            config_hash=config.fingerprint(),
+            corpus_fingerprint=corpus_fp,
+            limit=options.limit,
+            versions=_versions(),
+            started=started,
+            run_stamp=driver.state.stamp,
+            secrets_redacted=earlier_redacted,
+        )
+        manifest.write(run_dir)
         # From here on the manifest exists: whatever stops the run (a stage
         # error, a crash, Ctrl-C, SIGTERM from `ray job stop`) leaves it
         # `failed` with the error, never `running`.
@@ -340,8 +305,8 @@ def _run_stages(
         _record_failed(manifest_path, config, started, exc)
         raise
     # The manifest is final before the report is written: the report shows it.
-    manifest.update(
-        {
+    manifest = manifest.updated(
+        **{
             # Every stage ran; "incomplete" when a set had no usable answer.
             "status": "incomplete" if incomplete else "complete",
             "incomplete": incomplete,
@@ -359,7 +324,7 @@ def _run_stages(
             "wall_s": round(time.monotonic() - driver.state.started_at, 3),
         }
     )
-    _atomic_json(manifest_path, manifest)
+    manifest.write(run_dir)
     report_paths: list[Path] = []
     headline: list[str] = []
     if options.report and summary is not None:
@@ -375,8 +340,8 @@ def _run_stages(
             except Exception as exc:
                 report_error = f"{type(exc).__name__}: {exc}"
                 print(f"cube-ray: report not written: {report_error}", file=console())
-                manifest["report_error"] = report_error
-                _atomic_json(manifest_path, manifest)
+                manifest = manifest.updated(report_error=report_error)
+                manifest.write(run_dir)
             else:
                 report_paths = [Path(str(p)) for p in _iter_paths(paths)]
                 headline = list(getattr(paths, "headline", ()))
@@ -391,6 +356,12 @@ def _run_stages(
     )
 
 
+def _recorded_nonce(run_dir: Path) -> str | None:
+    """The prompt nonce of the run dir's first run, if it recorded one."""
+    manifest = Manifest.read(run_dir)
+    return manifest.prompt_nonce if manifest is not None else None
+
+
 def _say_run(text: str) -> None:
     print(f"cube-ray: {text}", file=console(), flush=True)
 
@@ -403,17 +374,12 @@ def _record_stop(
     path: Path, config: RunConfig, started: str, status: str, exc: BaseException
 ) -> None:
     """Mark the run stopped in its manifest (kept, if a run left one)."""
-    manifest: dict[str, Any] = {}
-    if path.is_file():
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            manifest = json.loads(path.read_text())
-    if not isinstance(manifest, dict) or not manifest:
-        manifest = {"config_hash": config.fingerprint(), "started": started}
+    manifest = Manifest.read(path.parent) or Manifest(
+        config_hash=config.fingerprint(), started=started
+    )
     # The type name too: a bare KeyError's text is only the key, Ctrl-C's none.
     error = f"{type(exc).__name__}: {exc}" if status == "failed" else str(exc)
-    manifest.update({"status": status, "error": error, "stopped": _utc()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_json(path, manifest)
+    manifest.updated(status=status, error=error, stopped=_utc()).write(path.parent)
 
 
 class Terminated(SystemExit):

@@ -1,4 +1,4 @@
-"""``RunState``: what the driver's collaborators share about one run.
+"""``RunOptions`` and ``RunState``: what the driver's collaborators share.
 
 The driver (``driver._Driver``) owns one ``RunState`` and hands it to each of
 its collaborators (``data``, ``sampling``, ``intake``, ``compaction``,
@@ -18,12 +18,51 @@ from cube_ray.pipeline import faults
 from cube_ray.pipeline.parts import StageStats
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from cube_ray.config import RunConfig
-    from cube_ray.pipeline.run import RunOptions
 
-__all__ = ["RunState"]
+__all__ = ["RunOptions", "RunState"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of one run that are not part of the config."""
+
+    run_dir: Path
+    """Where the tables, summary and manifest go."""
+    limit: int | None = None
+    """Use only the first N corpus records (trials)."""
+    address: str | None = None
+    """Ray address; overrides ``ray.address`` of the config."""
+    call_log: str | None = None
+    """File that gets one line per engine call (tests, audits)."""
+    retry_failed: bool = False
+    """Re-run rows whose status is not ``ok``."""
+    progress: bool | None = None
+    """Progress bars; None uses ``ray.progress`` of the config."""
+    report: bool = True
+    """Write report.html/report.md when ``cube_ray.report`` is available."""
+    update: bool = False
+    """Let a changed config or corpus update the run dir in place (changed
+    rows recomputed); without it such a run is refused
+    (``cube_ray.pipeline.ownership``)."""
+    shrink: bool = False
+    """Allow a ``sample:`` that leaves out documents an earlier run of the run
+    dir sampled (their rows stay, left out of the summary)."""
+    quiet: bool = False
+    """Send vLLM/Ray output (and anything else written to stdout/stderr) to
+    ``RUN_DIR/logs/run-<stamp>.log`` once the input is validated; cube-ray's
+    own progress and messages still reach the terminal."""
+    config_path: str | None = None
+    """The config file the run was started with (named in the rerun command
+    that warnings and an incomplete run suggest)."""
+    human: Path | None = None
+    """Human scores of an audit: the summary gets the calibrated CuBE (§13)."""
+    before_engines: Callable[[], None] | None = None
+    """Called once before the first engine starts (``cube-ray run`` says the
+    work and its time here: after every check, before the first model loads)."""
 
 
 @dataclass

@@ -2,25 +2,29 @@
 
 ``check_endpoints`` fails when a server is down or serves another model;
 ``probe_endpoints`` sends one request per ``openai_http`` engine, of the size
-of its own requests, and warns (never fails) when it is slow.
+of its own requests, and warns (never fails) when it is slow. Both go through
+cube_ray's one HTTP client (:func:`cube_ray.http_reply.fetch`): http(s) only,
+no redirect followed (the key stays with the configured host), the whole
+request under its timeout and the reply under a byte limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from cube_ray.config import RunConfig
 from cube_ray.engines.config import OpenAIHttpEngineConfig
 from cube_ray.errors import ClusterError
+from cube_ray.http_reply import MAX_REPLY_BYTES, BoundedReply, fetch
 from cube_ray.preflight._resources import Say
 from cube_ray.systems.kinds import system_kind
 
 __all__ = [
+    "MODELS_MAX_BYTES",
     "PROBE_PROMPT",
     "PROBE_TIMED_OUT",
     "PROBE_WARN_SHARE",
@@ -30,45 +34,122 @@ __all__ = [
 ]
 
 
-def _endpoints(config: RunConfig) -> list[tuple[str, str, str, str | None]]:
-    """(config path, base URL, model, API key variable) of each HTTP model."""
-    out = []
+_Endpoint = tuple[str, str, str, str | None, float | None]
+"""(config path, base URL, model, key variable, timeout) of one HTTP model."""
+
+
+def _endpoints(config: RunConfig) -> list[_Endpoint]:
+    """Every HTTP model of the config (:data:`_Endpoint`).
+
+    The timeout is an engine's ``timeout_s`` (None for a system's endpoint).
+    """
+    out: list[_Endpoint] = []
     engines = [
         ("generator", config.generator),
         *((f"judges.{n}", e) for n, e in config.judges.items()),
     ]
     for where, engine in engines:
         if isinstance(engine, OpenAIHttpEngineConfig):
-            out.append((where, engine.base_url, engine.model, engine.api_key_env))
+            out.append(
+                (
+                    where,
+                    engine.base_url,
+                    engine.model,
+                    engine.api_key_env,
+                    engine.timeout_s,
+                )
+            )
     for s in config.systems:
         out += [
-            (e.field, e.base_url, e.model, e.api_key_env)
+            (e.field, e.base_url, e.model, e.api_key_env, None)
             for e in system_kind(s).endpoints(s)
         ]
     return out
 
 
+MODELS_MAX_BYTES = 2**20
+"""Largest ``GET /models`` reply read (1 MiB: a list of model names)."""
+
+
+def _auth(key_env: str | None) -> dict[str, str]:
+    key = os.environ.get(key_env) if key_env else None
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _send(
+    method: str,
+    url: str,
+    *,
+    key_env: str | None,
+    timeout_s: float,
+    max_bytes: int,
+    **kwargs: Any,
+) -> tuple[Any, str | None]:
+    """One bounded request: (the JSON reply, None) or (None, what went wrong).
+
+    The error never holds the key (it is only in a header).
+    """
+    import httpx
+
+    try:
+        reply = fetch(
+            method,
+            url,
+            timeout_s=timeout_s,
+            headers=_auth(key_env),
+            max_bytes=max_bytes,
+            **kwargs,
+        )
+    except (TimeoutError, asyncio.TimeoutError):
+        return None, PROBE_TIMED_OUT
+    except (httpx.HTTPError, OSError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    return _json(reply, max_bytes=max_bytes)
+
+
+def _json(reply: BoundedReply, *, max_bytes: int) -> tuple[Any, str | None]:
+    if 300 <= reply.status_code < 400:
+        where = reply.headers.get("location", "?")
+        return None, (
+            f"answered HTTP {reply.status_code} (a redirect to {where!r}, not "
+            "followed: the key goes to the configured URL only; set base_url to "
+            "the final URL)"
+        )
+    if reply.status_code >= 400:
+        return None, f"answered HTTP {reply.status_code}"
+    if reply.too_large:
+        return None, (
+            f"replied with more than {max_bytes} bytes ({reply.size} read); not "
+            "read further"
+        )
+    try:
+        return json.loads(reply.body.decode("utf-8")), None
+    except ValueError as exc:
+        return None, f"replied with a body that is not JSON ({exc})"
+
+
 def check_endpoints(config: RunConfig, *, timeout_s: float = 10.0) -> None:
     """Every HTTP model endpoint lists its configured model at ``GET /models``.
+
+    Each request ends within ``timeout_s``, or the engine's own ``timeout_s``
+    when shorter (reply included), and reads at most :data:`MODELS_MAX_BYTES`.
 
     Raises:
         ClusterError: Naming the engine, the URL and what came back.
     """
     problems = []
-    for where, base, model, key_env in _endpoints(config):
+    for where, base, model, key_env, own in _endpoints(config):
         url = base.rstrip("/") + "/models"
-        request = urllib.request.Request(url)
-        key = os.environ.get(key_env) if key_env else None
-        if key:
-            request.add_header("Authorization", f"Bearer {key}")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                body = json.loads(response.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            problems.append(f"{where}: GET {url} answered HTTP {exc.code}")
-            continue
-        except (OSError, ValueError) as exc:
-            problems.append(f"{where}: GET {url} failed ({exc})")
+        limit = min(timeout_s, own) if own is not None else timeout_s
+        body, error = _send(
+            "GET", url, key_env=key_env, timeout_s=limit, max_bytes=MODELS_MAX_BYTES
+        )
+        if error == PROBE_TIMED_OUT:
+            error = f"failed (no complete reply within {limit:g} s)"
+        elif error is not None and not error.startswith(("answered", "replied")):
+            error = f"failed ({error})"
+        if error is not None:
+            problems.append(f"{where}: GET {url} {error}")
             continue
         data = body.get("data") if isinstance(body, dict) else None
         served = [str(m.get("id")) for m in data or [] if isinstance(m, dict)]
@@ -180,25 +261,18 @@ def _probe_request(
         body["messages"] = [{"role": "user", "content": PROBE_PROMPT}]
     else:
         path, body["prompt"] = "completions", PROBE_PROMPT
-    request = urllib.request.Request(
-        engine.base_url.rstrip("/") + "/" + path,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    key = os.environ.get(engine.api_key_env) if engine.api_key_env else None
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
     start = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=engine.timeout_s) as response:
-            reply = json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)  # URLError wraps the socket's error
-        if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError):
-            return time.monotonic() - start, None, PROBE_TIMED_OUT
-        # The key is only in a header; an error text never holds it.
-        return time.monotonic() - start, None, f"{type(exc).__name__}: {exc}"
+    reply, error = _send(
+        "POST",
+        engine.base_url.rstrip("/") + "/" + path,
+        key_env=engine.api_key_env,
+        timeout_s=engine.timeout_s,
+        max_bytes=MAX_REPLY_BYTES,
+        json=body,
+    )
     elapsed = time.monotonic() - start
+    if error is not None:
+        return elapsed, None, error
     usage = reply.get("usage") if isinstance(reply, dict) else None
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     return elapsed, tokens if isinstance(tokens, int) else None, None

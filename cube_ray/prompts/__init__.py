@@ -55,6 +55,7 @@ __all__ = [
     "LANGUAGES",
     "PLACEHOLDERS",
     "REFERENCE_INSTRUCTIONS",
+    "YES_NO",
     "check_nonce",
     "check_template",
     "default_rubric",
@@ -64,9 +65,12 @@ __all__ = [
     "neutralise",
     "packaged_name",
     "render_answer",
+    "render_checklist_item",
+    "render_dimensions",
     "render_judge",
     "render_question",
     "run_nonce",
+    "yes_no_words",
 ]
 
 DEFAULT_DIMENSIONS: tuple[str, ...] = (
@@ -92,6 +96,16 @@ REFERENCE_INSTRUCTIONS: dict[Language, tuple[str, str]] = {
 }
 """``$reference_instruction`` with and without references, per language; the
 language is the answer template's own (a Chinese template gets Chinese)."""
+
+
+YES_NO: dict[Language, tuple[str, str]] = {"en": ("yes", "no"), "zh": ("是", "否")}
+"""The words a ``checklist`` judge answers with, per language of its template."""
+
+_CRITERION: dict[Language, str] = {"en": "Criterion: ", "zh": "评分项："}
+_RUBRICS: dict[Language, str] = {
+    "en": "Rubrics, in the order to score them:",
+    "zh": "评分标准（按此顺序打分）：",
+}
 
 
 def packaged_name(name: str, language: Language) -> str:
@@ -433,4 +447,75 @@ def render_judge(
         answer=neutralise(answer),
         rubric=rubric.strip(),
         nonce=check_nonce(nonce),
+    )
+
+
+def yes_no_words(template: str) -> tuple[str, str]:
+    """The yes and no words of a checklist template, from its language.
+
+    >>> yes_no_words("judge_checklist"), yes_no_words("zh/judge_checklist")
+    (('yes', 'no'), ('是', '否'))
+    """
+    return YES_NO[_template_language(template)]
+
+
+def render_checklist_item(
+    document: str,
+    question: str,
+    answer: str,
+    *,
+    header: str,
+    item: str,
+    nonce: str,
+    template: str = "judge_checklist",
+) -> str:
+    """The yes/no prompt of one rubric item (protocol ``checklist``).
+
+    The item comes last, after the material, so the items of one answer share
+    their whole prefix (instructions, document, question, answer).
+
+    Args:
+        document: The gold document (material: neutralised).
+        question: The question (material: neutralised).
+        answer: The answer under evaluation (material: neutralised).
+        header: The rubric's opening (its dimension and question).
+        item: The criterion asked about.
+        nonce: The run's tag nonce.
+        template: Template name or path (a judge template asking yes or no).
+    """
+    label = _CRITERION[_template_language(template)]
+    return render_judge(
+        document,
+        question,
+        answer,
+        f"{header.strip()}\n{label}{item.strip()}",
+        nonce=nonce,
+        template=template,
+    )
+
+
+def render_dimensions(
+    document: str,
+    question: str,
+    answer: str,
+    rubrics: Sequence[str],
+    *,
+    nonce: str,
+    template: str = "judge_dimensions",
+) -> str:
+    r"""The prompt asking every dimension's score at once (``all_dimensions``).
+
+    The rubrics are numbered in the order the scores are to be written, one a
+    line.
+
+    >>> p = render_dimensions("d", "q", "a", ["R one.", "R two."], nonce="abc123")
+    >>> p[p.index("Rubrics,"):p.index("R two.") + 6]
+    'Rubrics, in the order to score them:\n1. R one.\n2. R two.'
+    """
+    head = _RUBRICS[_template_language(template)]
+    block = "\n".join(
+        [head, *(f"{i}. {r.strip()}" for i, r in enumerate(rubrics, start=1))]
+    )
+    return render_judge(
+        document, question, answer, block, nonce=nonce, template=template
     )

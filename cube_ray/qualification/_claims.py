@@ -22,7 +22,12 @@ from cube_ray.qualification._document import (
 from cube_ray.qualification._fault import Fault, replace_span
 from cube_ray.qualification._numbers import number_values
 
-__all__ = ["omission_fault", "unsupported_fault"]
+__all__ = [
+    "claim_template",
+    "omission_fault",
+    "supported_claims",
+    "unsupported_fault",
+]
 
 
 # --- omission -----------------------------------------------------------------
@@ -120,7 +125,7 @@ def _en_claims(
             continue
         if donor.fields:
             out += [
-                f"In addition, the {label} is {value}."
+                f"{_EN_FIELD_HEAD}{label} is {value}."
                 for label, value in donor.fields.items()
                 if value not in gold.text
                 and len(value) <= 60
@@ -138,6 +143,70 @@ def _en_claims(
                 and number_values(sentence) - known
             ):
                 out.append(sentence)
+    return out
+
+
+def claim_template(claim: str) -> str:
+    """Which template a claim was written by: its key, or ``sentence``.
+
+    >>> claim_template("该事项的承诺办结时限为7(工作日)。")
+    '时限'
+    >>> claim_template("In addition, the fee is 5 EUR."), claim_template("It rains.")
+    ('field', 'sentence')
+    """
+    for key, template in _ZH_TEMPLATES:
+        pattern = re.escape(template)
+        for field in (re.escape("{label}"), re.escape("{value}")):
+            pattern = pattern.replace(field, ".+")
+        if re.fullmatch(pattern, claim, re.DOTALL):
+            return key
+    return "field" if claim.startswith(_EN_FIELD_HEAD) else "sentence"
+
+
+_EN_FIELD_HEAD = "In addition, the "
+
+
+def supported_claims(gold: GoldDocument) -> list[str]:
+    r"""Claims of the unsupported kind's templates whose specific is the gold's.
+
+    The control of an ``unsupported`` fault (CUBE_METHOD.md section 12): the
+    same kind of confident sentence, supported by the document.
+
+    >>> gold = GoldDocument.of("g", "承诺办结时限: 7(工作日)\n申请材料: 身份证、申请表")
+    >>> supported_claims(gold)  # doctest: +NORMALIZE_WHITESPACE
+    ['该事项的承诺办结时限为7(工作日)。', '此外，申请时还须提交身份证。',
+     '此外，申请时还须提交申请表。']
+    """
+    out: list[str] = []
+    if gold.language == "zh" and gold.fields:
+        for label, value in gold.fields.items():
+            for key, template in _ZH_TEMPLATES:
+                if key not in label:
+                    continue
+                pieces = split_items(value) if key == "材料" else [value]
+                for piece in pieces:
+                    piece = strip_label(piece)
+                    if 2 <= len(piece) <= 60 and balanced(piece):
+                        out.append(template.format(label=label, value=piece))
+                break
+        return out
+    if gold.fields:
+        return [
+            f"{_EN_FIELD_HEAD}{label} is {value}."
+            for label, value in gold.fields.items()
+            if len(value) <= 60 and number_values(value)
+        ]
+    ends = [m.end() for m in SENTENCE_END.finditer(gold.text)]
+    for a, b in zip([0, *ends], ends, strict=False):
+        sentence = gold.text[a:b].strip()
+        if (
+            20 <= len(sentence) <= 200
+            and sentence[0].isupper()
+            and balanced(sentence)
+            and sentence.count('"') % 2 == 0
+            and number_values(sentence)
+        ):
+            out.append(sentence)
     return out
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cube_ray.aggregate import CalibratedFigure, FigureInterval
+from cube_ray.aggregate import CalibratedFigure, FigureInterval, Summary
 from cube_ray.report._data import RunData
 from cube_ray.report._format import fmt, interval_text
 from cube_ray.report._render import Para, Section, Table
 from cube_ray.report._words import SCALE_100
 
-__all__ = ["audit_sentence", "calibrated_section"]
+__all__ = ["audit_sentence", "calibrated_lines", "calibrated_section"]
 
 JURY = "the jury (headline)"
 """Row label of the calibrated headline."""
@@ -184,3 +184,46 @@ def calibrated_section(run: RunData) -> Section | None:
             )
         )
     return sec
+
+
+def calibrated_lines(summary: Summary) -> list[str]:
+    """The console's ``calibrated:`` lines, when ``--human`` gave an audit.
+
+    ``run``, ``aggregate`` and ``report`` print them. Per system, the
+    headline calibrated by the human audit, with its interval, beside the
+    jury's own figure; or why there is none. Empty without an audit.
+    """
+    block = summary.calibration
+    if summary.calibrated is None or block is None:
+        return []
+    lines = []
+    for system in summary.systems:
+        reason = block.reasons.get(system)
+        jury = block.across_judges.get(system)
+        if reason is not None:
+            lines.append(f"calibrated: {system}: {reason.text}")
+        elif jury is None or jury.cube is None:
+            judges = [
+                f"{judge} {fig.cube:.1f} {interval_text(fig.interval)}"
+                for judge in summary.judge_names
+                if (fig := summary.calibrated.get(judge, {}).get(system)) is not None
+                and fig.cube is not None
+            ]
+            each = f"; each judge's, calibrated: {', '.join(judges)}" if judges else ""
+            lines.append(
+                f"calibrated: {system}: no calibrated headline (no headline, or "
+                f"the audit leaves its answers or bounds without a score){each}"
+            )
+        else:
+            own = (
+                ""
+                if jury.judge_cube is None
+                else f", the jury's own {jury.judge_cube:.1f}"
+            )
+            lines.append(
+                f"calibrated: {system}: CuBE {jury.cube:.1f}, "
+                f"{block.confidence:.0%} CI {interval_text(jury.interval)} on the "
+                f"people's scale (audit of {block.n_labeled:,} questions{own}; "
+                "the report's 'Checked against people')"
+            )
+    return lines

@@ -387,13 +387,16 @@ def details_section(run: RunData, boot_meta: str) -> Section:
             anchor="details-summary",
         )
     )
-    if run.manifest:
+    if run.manifest is not None:
         # Masked again: a manifest written by an older version (or edited by
         # hand) may hold a credential; the prompt nonce stays private too.
         sec.blocks.append(
             Table(
                 ["setting", "value"],
-                [[a, LongText(b, 160)] for a, b in setting_rows(mask(run.manifest))],
+                [
+                    [a, LongText(b, 160)]
+                    for a, b in setting_rows(mask(run.manifest.recorded()))
+                ],
                 caption="manifest.json: how the run was made",
                 anchor="details-manifest",
             )

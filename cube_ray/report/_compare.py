@@ -9,6 +9,7 @@ from pathlib import Path
 from cube_ray import __version__
 from cube_ray.aggregate import WEIGHTED, IntervalMethod
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic
 from cube_ray.report import _plots
 from cube_ray.report._compare_paired import paired_runs_section
 from cube_ray.report._data import CUBE, load_run, num
@@ -200,17 +201,17 @@ def write_comparison(
     ]
     footer = f"cube-ray {__version__}"
     sections = with_glossary([sec] if paired is None else [sec, paired])
-    out_path.write_text(
+    write_atomic(
+        out_path,
         render_html(title=title, meta=meta, sections=sections, footer=footer),
-        encoding="utf-8",
     )
     md_path = (
         out_path.with_suffix(".md")
         if out_path.suffix.lower() != ".md"
         else out_path.with_name(out_path.name + ".md")
     )
-    md_path.write_text(
+    write_atomic(
+        md_path,
         render_markdown(title=title, meta=meta, sections=sections, footer=footer),
-        encoding="utf-8",
     )
     return out_path

@@ -10,7 +10,6 @@ validation), else as plain Parquet.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from cube_ray.aggregate import (
     k_of,
 )
 from cube_ray.errors import InputError
+from cube_ray.manifest import Manifest
 from cube_ray.sample import in_run_sample
 
 __all__ = ["RunData", "load_run", "num", "read_table"]
@@ -127,7 +127,7 @@ class RunData:
     scores: pl.DataFrame | None = None
     questions: pl.DataFrame | None = None
     documents: pl.DataFrame | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None
     intervals: Intervals | None = None
     """The headline's intervals shown: the summary's, unless the report was
     asked for others (see :func:`cube_ray.report.write_report`)."""
@@ -165,8 +165,9 @@ class RunData:
 
         Read from the run config in the manifest; ``LLM`` when unknown.
         """
-        config = ((self.manifest or {}).get("config") or {}).get("judges") or {}
-        entry = config.get(judge) if isinstance(config, dict) else None
+        recorded = self.manifest.config if self.manifest is not None else None
+        judges = (recorded or {}).get("judges")
+        entry = judges.get(judge) if isinstance(judges, dict) else None
         if isinstance(entry, dict) and entry.get("backend") == "reference":
             return "reference judge (no LLM)"
         return "LLM"
@@ -247,14 +248,7 @@ def load_run(run_dir: str | Path, *, tables: bool = True) -> RunData:
             path=str(summary_path),
         )
     summary = Summary.read(summary_path)
-    manifest = None
-    manifest_path = root / "manifest.json"
-    if manifest_path.is_file():
-        try:
-            loaded = json.loads(manifest_path.read_text(encoding="utf-8"))
-            manifest = loaded if isinstance(loaded, dict) else None
-        except (OSError, ValueError):
-            manifest = None  # the manifest is informative only
+    manifest = Manifest.read(root)  # informative only: a bad one is left out
 
     def table(kind: str) -> pl.DataFrame | None:
         return read_table(root / kind, kind) if tables else None

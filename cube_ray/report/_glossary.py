@@ -192,7 +192,10 @@ def _explain(
         if isinstance(block, Section):
             out.append(Section(block.anchor, block.title, _explain(block.blocks, seen)))
             continue
-        card = isinstance(block, HeadlineCard)
+        # The headline's verdict sentences stand with the cards, above their terms.
+        card = isinstance(block, HeadlineCard) or (
+            isinstance(block, Para) and block.kind == "verdict"
+        )
         if pending and not card:  # the terms of the cards before this block
             out.append(Terms(tuple((t.term, t.line) for t in pending)))
             pending = []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cube_ray.aggregate import WEIGHTED, WithoutOwnModel, incomplete_reasons
 from cube_ray.report import _plots
+from cube_ray.report._calibrated import calibrated_lines
 from cube_ray.report._data import CUBE, RunData, num
 from cube_ray.report._format import (
     NO_VERDICT,
@@ -13,7 +16,7 @@ from cube_ray.report._format import (
     left_out,
     short_reason,
 )
-from cube_ray.report._paired import compared_lines
+from cube_ray.report._paired import compared_lines, headline_verdicts
 from cube_ray.report._render import Figure, HeadlineCard, Para, Section, Table
 from cube_ray.report._words import (
     SAME_JUDGES,
@@ -102,6 +105,7 @@ def console_lines(run: RunData) -> list[str]:
         for judge, reason, why in [] if failed else left_out(run, system):
             lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
     lines.extend(compared_lines(run))  # one per pair of systems (issue 28)
+    lines.extend(calibrated_lines(run.summary))  # with a human audit (--human)
     sample = _sample_text(run)
     if sample is not None:
         lines.append(f"sample: {sample}")
@@ -117,91 +121,9 @@ def console_lines(run: RunData) -> list[str]:
 def headline_section(run: RunData, notes: list[Para]) -> Section:
     """The first section: one card per system, the jury, the headline table."""
     sec = Section("headline", "Headline")
-    rows = []
-    detail_rows = []
-    own_rows: list[list[str]] = []
-    iv = run.intervals
-    for system in run.systems:
-        verdict = run.no_verdict(system)
-        mean, sd = run.figure(system, CUBE)
-        wmean, wsd = run.figure(system, WEIGHTED)
-        recall = run.recall(system)
-        cell = iv.systems.get(system) if iv is not None else None
-        ci = cell.cube if cell is not None and verdict is None else None
-        k = run.k_of(system)
-        used = run.headline_judges(system)
-        if verdict is not None:
-            card = HeadlineCard(
-                system=system,
-                cube=NO_VERDICT,
-                spread=verdict.text,
-                interval="no interval: there is no figure to bound",
-                details=[(f"recall@{k}", fmt(recall, 3)), ("judges used", "none")],
-            )
-            row = [system, NO_VERDICT, "n/a", "n/a", fmt(recall, 3), "n/a", "n/a"]
-        else:
-            details = [
-                (f"recall@{k}", fmt(recall, 3)),
-                ("weighted score (normalised)", mean_sd(wmean, wsd)),
-                ("judges used", ", ".join(used) or "none"),
-            ]
-            own = _without_own_model(run, system)
-            if own is not None:  # CUBE_METHOD.md section 12: beside the headline
-                block, flagged = own
-                details.append(
-                    (
-                        f"CuBE without {', '.join(flagged)}",
-                        f"{fmt(block.mean)} ± {fmt(block.sd)} SD across "
-                        f"{block.n_judges} judges",
-                    )
-                )
-                own_rows.append(
-                    [
-                        system,
-                        fmt(mean, 2),
-                        ", ".join(flagged),
-                        fmt(block.mean, 2),
-                        fmt(block.sd, 2),
-                        ", ".join(block.judges) or "none",
-                    ]
-                )
-            if mean is not None and mean > 100:  # said where the number is shown
-                details.append(("above 100", "scored above the full bound"))
-            elif mean is not None and mean < 0:
-                details.append(("below 0", "scored below the zero bound"))
-            card = HeadlineCard(
-                system=system,
-                cube=fmt(mean),
-                spread=spread_text(sd, len(used)),
-                interval=f"95% bootstrap interval {interval_text(ci)}"
-                if ci is not None and ci.low is not None
-                else no_interval_why(iv, cell),
-                details=details,
-            )
-            row = [
-                system,
-                fmt(mean, 2),
-                fmt(sd, 2),
-                interval_text(ci, 2),
-                fmt(recall, 3),
-                fmt(wmean, 2),
-                fmt(wsd, 2),
-            ]
-        sec.blocks.append(card)
-        rows.append(row)
-        shown = iv is not None and cell is not None and verdict is None
-        detail_rows.append(
-            [
-                system,
-                ", ".join(used) or "none",
-                "; ".join(f"{j}: {why}" for j, _, why in left_out(run, system))
-                or "none",
-                interval_method(iv.method) if shown and iv is not None else "none",
-                resamples_with_cube(iv, cell)
-                if shown and iv is not None and cell is not None
-                else "none",
-            ]
-        )
+    cards = [_system_card(run, system) for system in run.systems]
+    sec.blocks.extend(card.card for card in cards)
+    sec.blocks.extend(headline_verdicts(run))  # who is ahead, under the cards
     sec.blocks.append(
         Para(
             "CuBE = normalised weighted score × recall@k, where the normalised score "
@@ -214,22 +136,7 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
         )
     )
     for system in run.systems:
-        sec.blocks.append(
-            Para(
-                jury_sentence(run, system),
-                "warn" if run.no_verdict(system) or left_out(run, system) else "note",
-            )
-        )
-        beyond = (
-            None
-            if run.no_verdict(system)
-            else beyond_bounds(system, [run.figure(system, CUBE)[0]])
-        )
-        if beyond is not None:
-            sec.blocks.append(Para(beyond, "warn"))
-        cell = iv.systems.get(system) if iv is not None else None
-        if not run.no_verdict(system) and (cell is None or cell.cube.low is None):
-            sec.blocks.append(Para(f"{system}: {no_interval_why(iv, cell)}.", "note"))
+        sec.blocks.extend(_system_notes(run, system))
     sample = _sample_text(run)
     if sample is not None:  # a planned sample (CUBE_METHOD.md section 11)
         sec.blocks.append(Para(f"Questions on a sample: {sample}.", "note"))
@@ -237,7 +144,129 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
     sec.blocks.extend(
         Para("Aggregation note: " + note, "note") for note in run.summary.notes
     )
-    sec.blocks.append(
+    sec.blocks.extend(_headline_tables(cards))
+    sec.blocks.append(_cube_figure(run))
+    return sec
+
+
+@dataclass(frozen=True)
+class _SystemHeadline:
+    """One system's card and its rows of the headline's tables."""
+
+    card: HeadlineCard
+    row: list[str]
+    """Of the headline table."""
+    jury_row: list[str]
+    """Of the table of who the headline averages."""
+    own_row: list[str] | None
+    """Of the table without the own-model judges (None: no such judge)."""
+
+
+def _system_card(run: RunData, system: str) -> _SystemHeadline:
+    """A system's card: its CuBE, spread and interval, or why there is none."""
+    iv = run.intervals
+    verdict = run.no_verdict(system)
+    mean, sd = run.figure(system, CUBE)
+    wmean, wsd = run.figure(system, WEIGHTED)
+    recall = run.recall(system)
+    cell = iv.systems.get(system) if iv is not None else None
+    ci = cell.cube if cell is not None and verdict is None else None
+    k = run.k_of(system)
+    used = run.headline_judges(system)
+    own_row = None
+    if verdict is not None:
+        card = HeadlineCard(
+            system=system,
+            cube=NO_VERDICT,
+            spread=verdict.text,
+            interval="no interval: there is no figure to bound",
+            details=[(f"recall@{k}", fmt(recall, 3)), ("judges used", "none")],
+        )
+        row = [system, NO_VERDICT, "n/a", "n/a", fmt(recall, 3), "n/a", "n/a"]
+    else:
+        details = [
+            (f"recall@{k}", fmt(recall, 3)),
+            ("weighted score (normalised)", mean_sd(wmean, wsd)),
+            ("judges used", ", ".join(used) or "none"),
+        ]
+        own = _without_own_model(run, system)
+        if own is not None:  # CUBE_METHOD.md section 12: beside the headline
+            block, flagged = own
+            details.append(
+                (
+                    f"CuBE without {', '.join(flagged)}",
+                    f"{fmt(block.mean)} ± {fmt(block.sd)} SD across "
+                    f"{block.n_judges} judges",
+                )
+            )
+            own_row = [
+                system,
+                fmt(mean, 2),
+                ", ".join(flagged),
+                fmt(block.mean, 2),
+                fmt(block.sd, 2),
+                ", ".join(block.judges) or "none",
+            ]
+        if mean is not None and mean > 100:  # said where the number is shown
+            details.append(("above 100", "scored above the full bound"))
+        elif mean is not None and mean < 0:
+            details.append(("below 0", "scored below the zero bound"))
+        card = HeadlineCard(
+            system=system,
+            cube=fmt(mean),
+            spread=spread_text(sd, len(used)),
+            interval=f"95% bootstrap interval {interval_text(ci)}"
+            if ci is not None and ci.low is not None
+            else no_interval_why(iv, cell),
+            details=details,
+        )
+        row = [
+            system,
+            fmt(mean, 2),
+            fmt(sd, 2),
+            interval_text(ci, 2),
+            fmt(recall, 3),
+            fmt(wmean, 2),
+            fmt(wsd, 2),
+        ]
+    shown = iv is not None and cell is not None and verdict is None
+    jury_row = [
+        system,
+        ", ".join(used) or "none",
+        "; ".join(f"{j}: {why}" for j, _, why in left_out(run, system)) or "none",
+        interval_method(iv.method) if shown and iv is not None else "none",
+        resamples_with_cube(iv, cell)
+        if shown and iv is not None and cell is not None
+        else "none",
+    ]
+    return _SystemHeadline(card, row, jury_row, own_row)
+
+
+def _system_notes(run: RunData, system: str) -> list[Para]:
+    """Under the cards: a system's jury, a figure beyond its bounds, no interval."""
+    out = [
+        Para(
+            jury_sentence(run, system),
+            "warn" if run.no_verdict(system) or left_out(run, system) else "note",
+        )
+    ]
+    beyond = (
+        None
+        if run.no_verdict(system)
+        else beyond_bounds(system, [run.figure(system, CUBE)[0]])
+    )
+    if beyond is not None:
+        out.append(Para(beyond, "warn"))
+    iv = run.intervals
+    cell = iv.systems.get(system) if iv is not None else None
+    if not run.no_verdict(system) and (cell is None or cell.cube.low is None):
+        out.append(Para(f"{system}: {no_interval_why(iv, cell)}.", "note"))
+    return out
+
+
+def _headline_tables(cards: list[_SystemHeadline]) -> list[Table]:
+    """The headline table, the one without own-model judges, who is averaged."""
+    tables = [
         Table(
             [
                 "system",
@@ -248,15 +277,16 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 "weighted mean",
                 "weighted SD",
             ],
-            rows,
+            [c.row for c in cards],
             caption=f"Headline figures ({SCALE_100}; recall@k a share of questions; "
             "no SD with one judge; from summary.json)",
             anchor="headline-table",
             numeric=frozenset(range(1, 7)),
         )
-    )
+    ]
+    own_rows = [c.own_row for c in cards if c.own_row is not None]
     if own_rows:
-        sec.blocks.append(
+        tables.append(
             Table(
                 [
                     "system",
@@ -274,7 +304,7 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 numeric=frozenset({1, 3, 4}),
             )
         )
-    sec.blocks.append(
+    tables.append(
         Table(
             [
                 "system",
@@ -283,13 +313,19 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
                 "interval",
                 "resamples with a CuBE from every judge",
             ],
-            detail_rows,
+            [c.jury_row for c in cards],
             caption="Who the headline averages and how its interval was computed "
             "(the interval is read from the resamples in which every judge used "
             "has a CuBE)",
             anchor="headline-jury",
         )
     )
+    return tables
+
+
+def _cube_figure(run: RunData) -> Figure:
+    """The bar chart of the jury's CuBE per system, one marker per judge."""
+    iv = run.intervals
     # Only the judges of each headline get a marker: the others are in the
     # per-judge tables, not in the figure a reader takes as the result.
     per_judge = {
@@ -308,27 +344,24 @@ def headline_section(run: RunData, notes: list[Para]) -> Section:
             if shown and cell is not None
             else (None, None)
         )
-    sec.blocks.append(
-        Figure(
-            "fig-cube",
-            "CuBE per system and judge",
-            _plots.cube_chart(
-                per_judge,
-                {
-                    s: None if run.no_verdict(s) else run.figure(s, CUBE)[0]
-                    for s in run.systems
-                },
-                intervals,
-                systems=run.systems,
-                judges=run.judges,
-            ),
-            "Bar chart of the cross-judge mean CuBE per system with bootstrap "
-            "intervals and one marker per judge.",
-            "Bar: the jury's mean CuBE; whisker: its 95% bootstrap interval; "
-            "markers: each judge's CuBE (0 = zero bound, 100 = full bound).",
-        )
+    return Figure(
+        "fig-cube",
+        "CuBE per system and judge",
+        _plots.cube_chart(
+            per_judge,
+            {
+                s: None if run.no_verdict(s) else run.figure(s, CUBE)[0]
+                for s in run.systems
+            },
+            intervals,
+            systems=run.systems,
+            judges=run.judges,
+        ),
+        "Bar chart of the cross-judge mean CuBE per system with bootstrap "
+        "intervals and one marker per judge.",
+        "Bar: the jury's mean CuBE; whisker: its 95% bootstrap interval; "
+        "markers: each judge's CuBE (0 = zero bound, 100 = full bound).",
     )
-    return sec
 
 
 def _without_own_model(

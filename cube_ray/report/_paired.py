@@ -21,6 +21,7 @@ __all__ = [
     "comparison_rows",
     "comparison_sentence",
     "comparison_table",
+    "headline_verdicts",
     "paired_section",
 ]
 
@@ -97,6 +98,12 @@ def comparison_sentence(c: PairedComparison, *, confidence: float = 0.95) -> str
     The difference between hybrid and bm25 is not resolved: hybrid is ahead by
     3.1 points, but the 95 % interval [-0.8, 5.4] includes 0, on the 1,262
     shared questions; 1 of 2 judges agree (b puts bm25 ahead)
+    >>> c = c.model_copy(update={"difference": 0.0, "interval": FigureInterval.of(
+    ...     0.0, 0.0), "per_judge": {"a": judge(0.0), "b": judge(0.0)}})
+    >>> print(comparison_sentence(c))  # doctest: +NORMALIZE_WHITESPACE
+    bm25 and hybrid are identical on every question: 0.0 points apart in every
+    resample (95 % interval [0.0, 0.0]), on the 1,262 shared questions; no judge
+    sees a difference
     """
     if c.difference is None:
         why = c.reason.text if c.reason is not None else "one CuBE is undefined"
@@ -114,6 +121,11 @@ def comparison_sentence(c: PairedComparison, *, confidence: float = 0.95) -> str
             f"with no interval (too few defined resamples), {on}"
         )
     span = f"[{_points(low)}, {_points(high)}]"
+    if sign == 0 and _sign(low) == 0 and _sign(high) == 0:
+        return (
+            f"{c.first} and {c.second} are identical on every question: 0.0 points "
+            f"apart in every resample ({level} interval {span}), {on}"
+        )
     if sign != 0 and low > 0:
         return (
             f"{ahead} is ahead of {behind} by {_points(abs(c.difference))} points, "
@@ -223,6 +235,23 @@ def paired_section(run: RunData) -> Section | None:
     )
     sec.blocks.append(Para(PAIRED_NOTE, "note"))
     return sec
+
+
+def headline_verdicts(run: RunData) -> list[Para]:
+    """The headline's verdict: one sentence per pair of systems, with its interval.
+
+    Shown under the cards, so who is ahead is read on the first screen (the
+    section :func:`paired_section` holds the table and the judges' figures).
+    """
+    iv = run.intervals
+    if iv is None or len(run.systems) < 2:
+        return []
+    return [
+        Para(
+            f"Compared: {comparison_sentence(c, confidence=iv.confidence)}.", "verdict"
+        )
+        for c in iv.comparisons
+    ]
 
 
 def compared_lines(run: RunData) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cube_ray.aggregate._options import DEFAULT_K
+from cube_ray.systems.kinds import DEFAULT_K
 
 __all__ = [
     "bounds_chart",

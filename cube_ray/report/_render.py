@@ -45,7 +45,9 @@ class Para:
     """A paragraph of plain text."""
 
     text: str
-    kind: Literal["text", "note", "warn"] = "text"
+    kind: Literal["text", "note", "warn", "verdict"] = "text"
+    """``verdict``: a headline sentence (the paired comparison), shown above
+    the glossary lines of the cards."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,9 @@ figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { color: var(--muted); font-size: .85rem; }
 p.note { color: var(--muted); font-size: .9rem; }
 p.warn { color: var(--warn); font-weight: 600; }
+p.verdict { font-size: 1.05rem; font-weight: 600; margin: 12px 0 4px; }
+details.terms { font-size: .85rem; color: var(--muted); margin: 4px 0 12px; }
+details.terms summary { color: var(--accent); }
 dl.terms { font-size: .85rem; color: var(--muted); margin: 4px 0 12px;
   padding: 4px 10px; border-left: 3px solid var(--line); }
 dl.terms dt { display: inline; font-weight: 600; color: var(--fg); }
@@ -237,7 +242,11 @@ def _block_html(block: Block | Section, level: int) -> str:
             f"<dt>{_e(term)}:</dt> <dd>{_e(meaning)}</dd>"
             for term, meaning in block.entries
         )
-        return f'<dl class="terms">{lines}</dl>'
+        names = ", ".join(term for term, _ in block.entries)
+        return (
+            f'<details class="terms"><summary>Terms used above: {_e(names)}'
+            f'</summary><dl class="terms">{lines}</dl></details>'
+        )
     details = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in block.details)
     return (
         f'<div class="card" data-system="{_e(block.system)}">'
@@ -342,7 +351,7 @@ def _block_md(block: Block | Section, level: int) -> list[str]:
             out.extend(_block_md(b, level + 1))
         return out
     if isinstance(block, Para):
-        prefix = "> " if block.kind != "text" else ""
+        prefix = "> " if block.kind not in ("text", "verdict") else ""
         return [prefix + _md_cell(block.text, line=True), ""]
     if isinstance(block, Table):
         out = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cube_ray import __version__, schema
 from cube_ray.aggregate import (
@@ -24,7 +23,9 @@ from cube_ray.aggregate import (
     headline_intervals,
 )
 from cube_ray.credentials import recorded_secrets, redact_all
-from cube_ray.report._calibrated import calibrated_section
+from cube_ray.files import write_atomic
+from cube_ray.manifest import Manifest
+from cube_ray.report._calibrated import calibrated_lines, calibrated_section
 from cube_ray.report._cases import (
     agreement_section,
     baselines_section,
@@ -64,6 +65,8 @@ class ReportPaths:
     """:func:`console_lines` with the intervals the report shows."""
     compared: tuple[str, ...] = ()
     """Its ``compared:`` lines, one per pair of systems (also in ``headline``)."""
+    calibrated: tuple[str, ...] = ()
+    """Its ``calibrated:`` lines with a human audit (also in ``headline``)."""
 
 
 def resolve_intervals(
@@ -115,17 +118,18 @@ def resolve_intervals(
     )
 
 
-def secret_notes(manifest: dict[str, Any] | None) -> list[str]:
+def secret_notes(manifest: Manifest | None) -> list[str]:
     """What the report says when a secret was masked in the run's tables.
 
-    >>> secret_notes({"secrets_redacted": {"answers": {"rag": 2}}})[0][:65]
+    >>> m = Manifest(secrets_redacted={"answers": {"rag": 2}})
+    >>> secret_notes(m)[0][:65]
     'The system rag echoed a secret that cube_ray holds (a key it read'
-    >>> secret_notes({"secrets_redacted": {"scores": {"rag": 1}}})[0][:40]
+    >>> secret_notes(Manifest(secrets_redacted={"scores": {"rag": 1}}))[0][:40]
     'A judge echoed a secret that cube_ray ho'
-    >>> secret_notes(None), secret_notes({"secrets_redacted": {}})
+    >>> secret_notes(None), secret_notes(Manifest())
     ([], [])
     """
-    found = (manifest or {}).get("secrets_redacted") or {}
+    found = manifest.secrets_redacted if manifest is not None else {}
     notes: list[str] = []
     after = (
         "; it is stored as *** in every file of the run (answers, scores, this "
@@ -264,22 +268,25 @@ def write_report(
         out / "report.md",
         tuple(console_lines(run)),
         tuple(compared_lines(run)),
+        tuple(calibrated_lines(run.summary)),
     )
+    # Renamed into place: a full disk leaves the previous report, and a
+    # report.html that is a symlink is replaced, its target never written.
     # A belt: the tables hold no secret (masked as they were written), nor
     # should anything the report shows.
-    secrets = recorded_secrets(run.manifest)
-    paths.html.write_text(
+    secrets = recorded_secrets(run.manifest.config if run.manifest else None)
+    write_atomic(
+        paths.html,
         redact_all(
             render_html(title=title, meta=meta, sections=sections, footer=footer),
             secrets,
         ),
-        encoding="utf-8",
     )
-    paths.markdown.write_text(
+    write_atomic(
+        paths.markdown,
         redact_all(
             render_markdown(title=title, meta=meta, sections=sections, footer=footer),
             secrets,
         ),
-        encoding="utf-8",
     )
     return paths

@@ -25,7 +25,12 @@ import numpy.typing as npt
 
 from cube_ray import schema
 from cube_ray.errors import EngineError, InputError, MissingDependencyError
-from cube_ray.http_reply import MAX_REPLY_BYTES, run_sync, send_bounded
+from cube_ray.http_reply import (
+    MAX_REPLY_BYTES,
+    async_client,
+    run_sync,
+    send_bounded,
+)
 from cube_ray.retrieval.bm25 import (
     Hit,
     _file_lock,
@@ -128,8 +133,11 @@ class HttpEmbedder:
         # read), a huge body is dropped at the byte limit instead of held.
         httpx = self._httpx
         problem = ""
-        async with httpx.AsyncClient(
-            timeout=self._timeout_s, headers=self._headers, transport=self._transport
+        async with async_client(
+            httpx,
+            timeout_s=self._timeout_s,
+            headers=self._headers,
+            transport=self._transport,
         ) as client:
             for attempt in range(self._retries + 1):
                 if attempt:

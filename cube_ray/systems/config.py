@@ -15,16 +15,13 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
-    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from cube_ray._pydantic import StrictModel
-from cube_ray.aggregate._options import DEFAULT_K
 from cube_ray.credentials import literal_credential, literal_in_url
-from cube_ray.engines.config import PoolConfig
-from cube_ray.systems.kinds import kind_named, kind_names
+from cube_ray.http_reply import check_http_url
+from cube_ray.systems.kinds import SystemConfigBase, kind_named, kind_names
 
 __all__ = [
     "BuiltinRagSystemConfig",
@@ -33,33 +30,6 @@ __all__ = [
     "SystemConfig",
     "SystemConfigBase",
 ]
-
-
-class SystemConfigBase(StrictModel):
-    """What every system has; a kind's model adds ``kind`` and its settings."""
-
-    name: str = "rag"
-    """``rag`` or ``rag@<variant>``; unique within a run."""
-    k: int = Field(DEFAULT_K, ge=1)
-    """Retrieval depth: rank scores are ``k + 2 - rank``; recall@k."""
-    pool: PoolConfig = Field(default_factory=lambda: PoolConfig.model_validate({}))
-    """Actor pool of this system's stage."""
-    model: str | None = None
-    """The model that writes this system's answers (a path or served name, as
-    a judge's ``model``), when known: a judge of the same model gets the flag
-    "judges its own model's answers" (CUBE_METHOD.md section 12). Not part of
-    the answers' fingerprint."""
-    kind: str
-    """The system's kind (a registered name: ``qa_file``, ``builtin_rag``,
-    ``http``, ...)."""
-
-    @field_validator("name")
-    @classmethod
-    def _rag_name(cls, v: str) -> str:
-        if v != "rag" and not (v.startswith("rag@") and len(v) > 4):
-            msg = f"system name {v!r} must be 'rag' or 'rag@<variant>', e.g. 'rag@k8'"
-            raise ValueError(msg)
-        return v
 
 
 class QaFileSystemConfig(SystemConfigBase):
@@ -124,6 +94,8 @@ class BuiltinRagSystemConfig(SystemConfigBase):
 
     @model_validator(mode="after")
     def _dense_needs_endpoint(self) -> BuiltinRagSystemConfig:
+        if self.embedding_url is not None:
+            check_http_url(self.embedding_url, field="embedding_url")
         where = literal_in_url(self.embedding_url or "")
         if where is not None:
             msg = (
@@ -194,6 +166,7 @@ class HttpSystemConfig(SystemConfigBase):
 
     @model_validator(mode="after")
     def _no_literal_credentials(self) -> HttpSystemConfig:
+        check_http_url(self.url, field=f"system {self.name!r}: url")
         for header, value in self.headers.items():
             if literal_credential(header, value):
                 example = (

@@ -52,7 +52,7 @@ from typing import Any
 
 from cube_ray.env import expand_env
 from cube_ray.errors import ConfigError, MissingDependencyError
-from cube_ray.http_reply import send_bounded
+from cube_ray.http_reply import async_client, http_url_problem, send_bounded
 from cube_ray.systems.base import QuestionIn, SystemAnswer
 from cube_ray.systems.config import HttpSystemConfig
 
@@ -240,12 +240,32 @@ class HttpSystem:
             raise ConfigError(msg) from exc
         # Secrets are resolved once; only the template URL is ever logged.
         self._url = expand_env(config.url, where=f"system {config.name!r} url")
+        problem = http_url_problem(self._url)  # a ${NAME} URL, once expanded
+        if problem is not None:
+            msg = (
+                f"system {config.name!r}: url, once its variables are read, is not "
+                f"an http:// or https:// URL with a host ({problem}); set the "
+                "variable to an http(s) URL"
+            )
+            raise ConfigError(msg)
         self._headers = {
             k: expand_env(v, where=f"system {config.name!r} header {k!r}")
             for k, v in config.headers.items()
         }
         self._transport = transport
         self._warned_no_ids = False
+        self.last_reply: Any = None
+        """The last reply parsed as JSON (``cube-ray check`` searches it)."""
+
+    @property
+    def answer_path(self) -> str:
+        """Where the answer is read (the config's, else the preset's)."""
+        return self._answer_path
+
+    @property
+    def retrieved_path(self) -> str:
+        """Where the retrieved ids are read (the config's, else the preset's)."""
+        return self._retrieved_path
 
     def answer(self, questions: Sequence[QuestionIn]) -> list[SystemAnswer]:
         """Ask every question, at most ``max_concurrency`` requests in flight."""
@@ -263,8 +283,9 @@ class HttpSystem:
         cfg = self._config
         limits = self._httpx.Limits(max_connections=cfg.max_concurrency)
         sem = asyncio.Semaphore(cfg.max_concurrency)
-        async with self._httpx.AsyncClient(
-            timeout=cfg.timeout_s,
+        async with async_client(
+            self._httpx,
+            timeout_s=cfg.timeout_s,
             limits=limits,
             transport=self._transport,
             headers=self._headers,
@@ -356,6 +377,7 @@ class HttpSystem:
         # UnicodeDecodeError is a ValueError; RecursionError: deeply nested JSON.
         except (ValueError, RecursionError):
             return _Outcome(SystemAnswer(None, status="invalid_json"), retry=True)
+        self.last_reply = data
         return _Outcome(self._parse(data))
 
     def _parse(self, data: Any) -> SystemAnswer:

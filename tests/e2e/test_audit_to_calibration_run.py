@@ -91,6 +91,13 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
     )
     assert calibrated.returncode == 0, calibrated.stderr[-3000:]
     assert parts(run_dir) == before, "run --human redid engine work"
+    # The console says the calibrated figures (issue 36): the headline's, or
+    # without one (no judge separates these fake bounds) each judge's.
+    (line,) = [
+        x.strip()
+        for x in calibrated.stdout.splitlines()
+        if x.strip().startswith("calibrated: rag: ")
+    ]
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     assert summary["calibration"] is not None
     # Section 10 on the audit: these people tell the bounds apart.
@@ -98,6 +105,9 @@ def test_run_audit_import_then_run_with_human(tmp_path: Path) -> None:
     assert summary["calibration"]["reasons"] == {}
     figures = summary["calibrated"]
     assert set(figures) == {"j1", "j2"}
+    for name, judge in figures.items():
+        if summary["calibration"]["across_judges"].get("rag", {}).get("cube") is None:
+            assert f"{name} {judge['rag']['cube']:.1f} [" in line, line
     for judge in figures.values():
         figure = judge["rag"]
         assert figure["n_labeled"] == AUDIT

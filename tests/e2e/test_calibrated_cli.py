@@ -210,6 +210,7 @@ def test_run_dir_summary_gets_the_calibration(
     assert result.returncode == 0, result.stderr
     summary = Summary.read(run / "summary.json")
     assert summary.calibration is not None
+    assert "calibrated: rag: CuBE " in result.stderr  # aggregate --human says it
     # The headline keeps its BCa interval; the calibration reads its own
     # interval off the percentiles (BENCHMARKS.md: BCa's bias correction
     # misfires on the calibrated estimator).
@@ -226,3 +227,13 @@ def test_run_dir_summary_gets_the_calibration(
     md = (run / "report.md").read_text(encoding="utf-8")
     assert "Checked against people" in md
     assert f"An audit of {M} questions corrects lenient-on-rag by" in md
+    # The console says the calibrated headline too (issue 36), as run --human does.
+    jury = summary.calibration.across_judges["rag"]
+    assert jury.cube is not None
+    line = next(
+        (x for x in report.stdout.splitlines() if x.startswith("calibrated: rag:")),
+        None,
+    )
+    assert line is not None, report.stdout
+    assert line.startswith(f"calibrated: rag: CuBE {jury.cube:.1f}, 95% CI [")
+    assert f"on the people's scale (audit of {M} questions" in line

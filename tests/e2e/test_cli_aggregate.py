@@ -72,7 +72,7 @@ def test_run_dir_writes_summary(run_dir: Path) -> None:
         "require_separation": True,
         "require_qualification": False,
     }
-    assert not list(run_dir.glob(".summary.json.*"))  # no temp file left
+    assert not list(run_dir.glob(".tmp-*"))  # no temp file left
     # Typed and versioned, with the headline's bootstrap intervals (issue 23).
     assert summary["schema_version"] == 2
     intervals = summary["intervals"]

@@ -67,6 +67,21 @@ def _code_loading_env(cfg: dict[str, Any], tmp: Path) -> str:
     return "judges.v sets ['env.LD_PRELOAD']"
 
 
+def _env_outside_allow_list(cfg: dict[str, Any], tmp: Path) -> str:
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "OPENSSL_CONF": "/tmp/evil.cnf"}
+    cfg["judges"]["v"] = {"backend": "vllm", "model": "/m", "env": env}
+    return "judges.v.env sets ['OPENSSL_CONF']"
+
+
+def _file_base_url(cfg: dict[str, Any], tmp: Path) -> str:
+    cfg["judges"]["h"] = {
+        "backend": "openai_http",
+        "base_url": "file:///etc/passwd#x",
+        "model": "m",
+    }
+    return "base_url must be an http:// or https:// URL with a host"
+
+
 MISTAKES: dict[str, Callable[[dict[str, Any], Path], str]] = {
     "k0": _k0,
     "unknown_weight": _unknown_weight,
@@ -76,6 +91,8 @@ MISTAKES: dict[str, Callable[[dict[str, Any], Path], str]] = {
     "weight_with_pearson": _weight_with_pearson,
     "rubric_outside": _rubric_outside,
     "code_loading_env": _code_loading_env,
+    "env_outside_allow_list": _env_outside_allow_list,
+    "file_base_url": _file_base_url,
 }
 
 
@@ -443,8 +460,10 @@ def test_check_asks_each_http_system_one_question(
             cfg["systems"][0]["retrieved_path"] = "data.docs[].id"
             said: list[str] = []
             probe_systems(RunConfig.from_yaml(_write(cfg, tmp_path)), say=said.append)
-            assert len(said) == 1
-            assert said[0].startswith("rag@svc: asked ")
-            assert said[0].endswith("; 2 of 2 retrieved ids are corpus ids")
+            assert len(said) == 2  # two questions, each shown with its answer
+            for line in said:
+                assert line.startswith("rag@svc: asked ")
+                assert "; answer 'About " in line
+                assert line.endswith("; 2 of 2 retrieved ids are corpus ids")
     finally:
         server.shutdown()

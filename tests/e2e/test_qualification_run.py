@@ -57,8 +57,8 @@ def test_dry_run_lists_the_qualification_stages(
     assert code == 0
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line}
     assert lines["qualification"][1:5] == ["fault", "generator", "(no", "LLM)"]
-    # 3 questions x 2 kinds x 4 dimensions per judge.
-    assert lines["qualification:j1"][2] == str(3 * 2 * 4)
+    # 3 questions x 2 kinds x (a fault and its control) x 4 dimensions per judge.
+    assert lines["qualification:j1"][2] == str(3 * 2 * 2 * 4)
 
 
 def test_bad_qualification_config_exit_2(
@@ -114,7 +114,7 @@ def test_run_writes_the_qualification_table_and_summary(
     # The sample: the first QUESTIONS questions in the seeded order.
     sampled = sorted(ids, key=lambda d: doc_hash(3, d))[:QUESTIONS]
     assert {r[schema.QUESTION_ID] for r in rows} == set(sampled)
-    assert len(rows) == QUESTIONS * len(KINDS)
+    assert len(rows) == QUESTIONS * 2 * len(KINDS)  # each fault and its control
     answers = {
         r[schema.QUESTION_ID]: r[schema.ANSWER]
         for r in _read(run_dir / "answers").to_pylist()
@@ -131,8 +131,13 @@ def test_run_writes_the_qualification_table_and_summary(
         )
     skipped = {k: 0 for k in KINDS}
     for r in rows:
-        if r[schema.STATUS] != "ok":
+        if r[schema.STATUS] != "ok" and r["kind"] in KINDS:
             skipped[r["kind"]] += 1
+    # A control is built exactly for the faults that are judged.
+    kinds = {(r[schema.QUESTION_ID], r["kind"]): r[schema.STATUS] for r in rows}
+    for (qid, kind), status in kinds.items():
+        if kind in KINDS:
+            assert (status == "ok") == (kinds[(qid, f"{kind}:control")] == "ok")
 
     scores = _read(run_dir / "qualification_scores").to_pylist()
     judged = {(r[schema.QUESTION_ID], r[schema.SYSTEM]) for r in scores}
@@ -153,7 +158,22 @@ def test_run_writes_the_qualification_table_and_summary(
                 "weighted",
             }
             for test in block[kind].values():
-                assert set(test) == {"n", "skipped", "drop", "p_value", "detected"}
+                assert set(test) == {
+                    "n",
+                    "skipped",
+                    "no_control",
+                    "drop",
+                    "p_value",
+                    "control_drop",
+                    "control_p",
+                    "net_drop",
+                    "net_p",
+                    "false_alarm",
+                    "detected",
+                    "drop_interval",
+                    "control_drop_interval",
+                    "net_drop_interval",
+                }
                 assert test["skipped"] == skipped[kind]
                 assert test["n"] == QUESTIONS - skipped[kind]
     # Kinds with no faulted answer are not tested (not missed): flags say so.
@@ -173,7 +193,7 @@ def test_run_writes_the_qualification_table_and_summary(
     assert "Judge qualification (controlled faults)" in report
     assert "j1 does not notice an added claim the guide does not make" in report
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["rows"]["qualification"] == QUESTIONS * len(KINDS)
+    assert manifest["rows"]["qualification"] == QUESTIONS * 2 * len(KINDS)
     # `cube-ray aggregate RUN_DIR` recomputes the same summary: the run's
     # config (manifest.json) gives the qualification and require_qualification.
     again_path = tmp_path / "aggregated.json"

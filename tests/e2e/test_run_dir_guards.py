@@ -202,7 +202,10 @@ def test_unknown_retrieved_ids_stop_the_run(tmp_path: Path) -> None:
     done = run(cfg, tmp_path / "run", tmp_path / "c.log")
     assert done.returncode == 2, done.stderr[-3000:]
     err = done.stderr[done.stderr.index("cube-ray: error: ") :]
-    assert "system 'rag': 4 of its 4 answers retrieved no document of the corpus" in err
+    assert (
+        "system 'rag': 4 of its 4 answers retrieved ids none of which is a "
+        "document of the corpus" in err
+    )
     assert f"e.g. question {rows[0]['question_id']!r} got ids " in err
     assert rows[0]["answer"] in err
     assert "check its retrieved_field" in err

@@ -182,11 +182,22 @@ if os.environ.get("CUBE_RAY_TEST_FULL_DISK") == "scores":
 
     _write_table = _pq.write_table
 
+    def _path(where):
+        if isinstance(where, (str, os.PathLike)):
+            return os.fspath(where)
+        try:  # an open file (a temporary file the writer renames)
+            return os.readlink(f"/proc/self/fd/{where.fileno()}")
+        except (AttributeError, OSError, ValueError):
+            return ""
+
     def write_table(table, where, *args, **kwargs):
-        path = os.fspath(where) if isinstance(where, (str, os.PathLike)) else ""
+        path = _path(where)
         if os.path.basename(os.path.dirname(path)) == "scores":
-            with open(path, "wb") as fh:  # a file cut short, as a full disk leaves
-                fh.write(b"PAR1" + b"\\0" * 100)
+            if hasattr(where, "write"):  # a file cut short, as a full disk leaves
+                where.write(b"PAR1" + b"\\0" * 100)
+            else:
+                with open(path, "wb") as fh:
+                    fh.write(b"PAR1" + b"\\0" * 100)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
         return _write_table(table, where, *args, **kwargs)
 

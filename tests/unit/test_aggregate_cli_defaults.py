@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from cube_ray.aggregate._options import DEFAULT_K, AggregateOptions
 from cube_ray.cli import build_parser
 from cube_ray.commands import aggregate as command
-from cube_ray.config import AggregateConfig
+from cube_ray.config import AggregateConfig, AggregateOptions
 from cube_ray.systems import QaFileSystemConfig
+from cube_ray.systems.kinds import DEFAULT_K
 
 
 def test_the_cli_defaults_are_the_models() -> None:

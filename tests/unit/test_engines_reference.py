@@ -151,3 +151,63 @@ def test_the_judge_stage_hands_it_items() -> None:
     assert scores[("full", "relevance")] > scores[("zero", "relevance")]
     assert scores[("full", "completeness")] > scores[("zero", "completeness")]
     assert {r[schema.JUDGE] for r in out} == {"ref"}
+
+
+FACT_DOC = DOC + "\n实施机构: 广东省工业和信息化厅\n网上预约: 是"
+RIGHT = (
+    "由广东省工业和信息化厅受理，需要提交无线电频率使用许可申请表，"
+    "20个工作日办结，可以网上预约，咨询电话020-83339999。"
+)
+
+
+def test_facts_measure_scores_a_changed_number_agency_or_permission_lower() -> None:
+    judge = _judge({"relevance": "facts", "completeness": "coverage"})
+    wrong = {
+        "number": RIGHT.replace("20个", "十五个"),
+        "agency": RIGHT.replace("工业和信息化厅", "公安厅"),
+        "permission": RIGHT.replace("可以网上", "不可以网上"),
+        "phone": RIGHT.replace("9999", "9998"),
+    }
+    items = [
+        JudgeItem(FACT_DOC, QUESTION, a, "relevance", rubric="")
+        for a in [RIGHT, *wrong.values()]
+    ]
+    right, *faulted = judge.judge_items(items)
+    assert right.score is not None
+    assert right.raw is not None
+    # k / (n + 1): every one of the right answer's n facts supported.
+    n = int(right.raw.split("/")[1].split()[0])
+    assert right.score == pytest.approx(10 * n / (n + 1))
+    assert right.raw.startswith("facts=")
+    assert "unsupported" not in right.raw
+    for (what, _), res in zip(wrong.items(), faulted, strict=True):
+        assert res.score is not None
+        assert res.score <= right.score - 10 / (n + 1) + 1e-9, what
+        assert res.raw is not None
+        assert "unsupported:" in res.raw, what
+    # The n-gram measure hardly sees the changed number (one bigram in many).
+    [support_right, support_number] = _judge().judge_items(
+        [_item(RIGHT, "relevance"), _item(wrong["number"], "relevance")]
+    )
+    assert support_right.score is not None
+    assert support_number.score is not None
+    assert support_right.score - support_number.score < 1
+
+
+def test_facts_measure_gives_no_credit_without_a_checkable_fact() -> None:
+    judge = _judge({"quality": "facts"})
+    [res] = judge.judge_items(
+        [JudgeItem(FACT_DOC, QUESTION, "请咨询有关部门。", "quality", rubric="")]
+    )
+    assert res.status == "ok"
+    assert res.score == 0.0
+    assert res.raw == "facts=0.0000 (0/0 supported)"
+
+
+def test_facts_is_a_measure_the_config_accepts_and_names() -> None:
+    cfg = _config(
+        {"backend": "reference", "measures": {"quality": "facts"}}, ["quality"]
+    )
+    assert cfg.judges["ref"].measures == {"quality": "facts"}  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="support, coverage, facts"):
+        _config({"backend": "reference"}, ["quality"])

@@ -1,7 +1,9 @@
 """No import cycle among cube_ray's modules.
 
 Every ``import`` counts, at module level or inside a function (a lazy import
-is still a dependency), except those under ``if TYPE_CHECKING:``. An edge goes
+is still a dependency); imports under ``if TYPE_CHECKING:`` count too (a type
+that has to be imported from a module that imports you is a circle of the
+design, whether or not Python runs it), and the helpers can leave them out. An edge goes
 to the module named (``from pkg import mod`` to ``pkg.mod`` when that is a
 module); a package's ``__init__`` importing its own modules is not a cycle.
 """
@@ -31,13 +33,19 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def _imported(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+def _imported(
+    tree: ast.AST, modules: dict[str, Path], *, type_checking: bool
+) -> set[str]:
     found: set[str] = set()
     todo = [tree]
     while todo:
         node = todo.pop()
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
+            if (
+                isinstance(child, ast.If)
+                and _type_checking(child)
+                and not type_checking
+            ):
                 todo.extend(child.orelse)
                 continue
             if isinstance(child, ast.Import):
@@ -50,11 +58,19 @@ def _imported(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
     return found & set(modules)
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports."""
+def import_graph(
+    root: Path, package: str, *, type_checking: bool = True
+) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (with ``type_checking``, also
+    those imported under ``if TYPE_CHECKING:``)."""
     modules = _modules(root, package)
     return {
-        name: _imported(ast.parse(path.read_text(encoding="utf-8")), modules) - {name}
+        name: _imported(
+            ast.parse(path.read_text(encoding="utf-8")),
+            modules,
+            type_checking=type_checking,
+        )
+        - {name}
         for name, path in modules.items()
     }
 
@@ -107,6 +123,64 @@ def test_a_lazy_import_back_is_a_cycle(tmp_path: Path) -> None:
     (pkg / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
     )
-    graph = import_graph(tmp_path, "pkg")
-    assert graph["pkg.c"] == set()  # type-only imports are not dependencies
+    graph = import_graph(tmp_path, "pkg", type_checking=False)
+    assert graph["pkg.c"] == set()  # left out on request
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert import_graph(tmp_path, "pkg")["pkg.c"] == {"pkg.a"}
+
+
+def test_a_type_checking_import_back_is_a_cycle(tmp_path: Path) -> None:
+    """``RunOptions`` once lived in ``run.py``, which imports ``driver.py``,
+    which imported ``RunOptions`` for its annotations only: a circle."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run.py").write_text("from pkg.driver import go\nclass Options: ...\n")
+    (pkg / "driver.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.run import Options\n"
+        "def go(o: 'Options') -> None: ...\n"
+    )
+    assert cycles(import_graph(tmp_path, "pkg")) == [["pkg.driver", "pkg.run"]]
+    assert cycles(import_graph(tmp_path, "pkg", type_checking=False)) == []
+
+
+def _package_of(module: str) -> str:
+    """``cube_ray.pipeline.run`` -> ``cube_ray.pipeline``; a top-level module
+    (``cube_ray.plan``) is its own package."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def private_imports(root: Path, package: str) -> list[str]:
+    """``importer: module.name`` for every private name (``_x``, not dunder)
+    imported from a module of another package, type-only imports included."""
+    modules = _modules(root, package)
+    found = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if _package_of(node.module) == _package_of(name):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and node.module.startswith(package + "."):
+                    found.append(f"{name}: {node.module}.{alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    """A name another package needs is public API of its owner (``plan``'s
+    ``engine_label``, ``embedded.is_converted`` were ``_engine_name``/``_DONE``)."""
+    assert private_imports(ROOT, "cube_ray") == []
+
+
+def test_a_private_import_across_packages_is_found(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "a").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a" / "x.py").write_text("_SECRET = 1\n")
+    (tmp_path / "pkg" / "a" / "y.py").write_text("from pkg.a.x import _SECRET\n")
+    (tmp_path / "pkg" / "b.py").write_text("from pkg.a.x import _SECRET\n")
+    assert private_imports(tmp_path, "pkg") == ["pkg.b: pkg.a.x._SECRET"]

@@ -44,18 +44,33 @@ def test_stage_workers_load_no_polars_or_scipy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "", f"stage modules imported {result.stdout}"
-    # The aggregation's names still resolve, from their modules, on first use.
+    # Not even the aggregation's package: the options models the config needs
+    # live in the config (cube_ray.config._scoring), so nothing lazy is needed.
     code = (
-        "import sys, cube_ray.aggregate as a\n"
-        "assert 'polars' not in sys.modules\n"
-        "from cube_ray.aggregate import summarize, rank_scores\n"
-        "assert summarize.__module__ == 'cube_ray.aggregate._summary'\n"
-        "assert a.rank_scores is rank_scores and 'polars' in sys.modules\n"
-        "assert sorted(a._HOME) == sorted(a.__all__)\n"
-        "assert all(getattr(a, n) is not None for n in a.__all__)\n"
-        "try:\n    a.nothing\nexcept AttributeError as e:\n    print(e)\n"
+        f"import sys\nfor m in {STAGE_WORKER!r}: __import__(m)\n"
+        "agg = [m for m in sys.modules if m.startswith('cube_ray.aggregate')]\n"
+        "print(','.join(agg))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert "has no attribute 'nothing'" in result.stdout
+    assert result.stdout.strip() == "", f"stage modules imported {result.stdout}"
+
+
+def test_the_aggregation_exports_each_name_from_its_module() -> None:
+    """``cube_ray.aggregate`` imports eagerly and names each export once
+    (``name as name``): every public name is its home module's object."""
+    import importlib
+    import inspect
+
+    import cube_ray.aggregate as a
+
+    public = {n: v for n, v in vars(a).items() if not n.startswith("_")}
+    exported = {n: v for n, v in public.items() if not inspect.ismodule(v)}
+    assert len(exported) > 100
+    for name, value in exported.items():
+        home = getattr(value, "__module__", None)
+        if home and home.startswith("cube_ray."):
+            assert getattr(importlib.import_module(home), name) is value, name
+    assert a.summarize.__module__ == "cube_ray.aggregate._summary"
+    assert a.AggregateOptions.__module__ == "cube_ray.config._scoring"

@@ -68,9 +68,10 @@ def test_cut_short_run_reports_done_records_and_resumes_to_the_full_result(
     partial = json.loads((work / bench.RESULT).read_text(encoding="utf-8"))
     assert partial["records"] == 6
     assert partial["records_done"] == 2
-    # 4 dimensions x (the original + one copy per kind built on those 2 records)
+    # 4 dimensions x (the original + a faulted copy and its control per pair
+    # built on those 2 records)
     built_on_2 = sum(partial["built_on_done"].values())
-    assert judged == 4 * (2 + built_on_2)
+    assert judged == 4 * (2 + 2 * built_on_2)
     assert partial["scores"] == judged
     assert all(n <= 2 for n in partial["scored"].values())
     assert partial["reference"]["entity"]["relevance"]["n"] == 2
@@ -124,7 +125,7 @@ def test_dimensions_option_limits_the_table(tmp_path: Path) -> None:
     res = json.loads(out.read_text(encoding="utf-8"))
     assert res["dimensions"] == ["relevance"]
     assert set(res["reference"]["number"]) == {"relevance", "weighted"}
-    assert judged == res["scores"] == 6 + sum(res["built"].values())
+    assert judged == res["scores"] == 6 + 2 * sum(res["built"].values())
 
 
 def test_embedded_judge_is_the_demo_judge_with_the_chinese_prompt_set() -> None:
@@ -141,3 +142,88 @@ def test_embedded_judge_is_the_demo_judge_with_the_chinese_prompt_set() -> None:
         bench.judge_setup("embedded", ["fluency"])
     with pytest.raises(bench.SettingsMismatchError, match="fluency"):
         bench.judge_setup("reference", ["fluency"])
+
+
+def test_measures_option_gives_a_dimension_the_fact_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    out = tmp_path / "r.json"
+    args = [*ARGS, "--dimensions", "relevance,completeness"]
+    code, _ = _run(
+        [*args, "--measures", "relevance=facts", "--work", str(work), "--out", str(out)]
+    )
+    assert code == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    assert res["measures"] == {"relevance": "facts", "completeness": "coverage"}
+    # The fact check sees a changed number, which support misses (BENCHMARKS.md).
+    assert res["reference"]["number"]["relevance"]["drop"] >= 0.5
+    assert "| relevance (facts) |" in capsys.readouterr().out
+    # Resuming without the option would mix two measures: refused.
+    assert _run([*args, "--work", str(work)])[0] == 2
+    assert "measures" in capsys.readouterr().err
+    for bad in ("relevance=bleu", "quality=facts", "relevance"):
+        assert _run([*args, "--measures", bad])[0] == 2
+        assert "--measures" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("protocol", "baseline", "per_answer"),
+    [
+        ("checklist", "none", 10),  # relevance and completeness: five items each
+        ("all_dimensions", "none", 1),
+        ("score", "none", 2),
+    ],
+)
+def test_protocol_option_judges_the_embedded_judge_under_it(
+    tmp_path: Path, protocol: str, baseline: str, per_answer: int
+) -> None:
+    from cube_ray.engines.fake import FakeEngine
+
+    config, _, template, _ = bench.judge_setup("embedded", None, protocol=protocol)
+    assert config.protocol == protocol
+    assert (
+        template
+        == {
+            "score": "zh/judge",
+            "checklist": "zh/judge_checklist",
+            "all_dimensions": "zh/judge_dimensions",
+        }[protocol]
+    )
+    engines: list[FakeEngine] = []
+
+    def factory(config: Any) -> FakeEngine:
+        engines.append(FakeEngine("qwen", seed=1))
+        return engines[-1]
+
+    out = tmp_path / "r.json"
+    argv = [*ARGS, "--judge", "embedded", "--protocol", protocol, "--out", str(out)]
+    assert bench.main([*argv, "--baseline", baseline], engine_factory=factory) == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    assert (res["protocol"], res["baseline"]) == (protocol, baseline)
+    answers = 6 + sum(res["built"].values())
+    assert res["scores"] == 2 * answers
+    assert engines[0].calls == per_answer * answers
+    assert set(res["qwen"]) >= {"number", "omission"}
+
+
+def test_checklist_baseline_asks_the_empty_answer_once_per_question(
+    tmp_path: Path,
+) -> None:
+    from cube_ray.engines.fake import FakeEngine
+
+    engines: list[FakeEngine] = []
+
+    def factory(config: Any) -> FakeEngine:
+        engines.append(FakeEngine("qwen", seed=1))
+        return engines[-1]
+
+    out = tmp_path / "r.json"
+    argv = [*ARGS, "--judge", "embedded", "--protocol", "checklist"]
+    argv += ["--baseline", "empty_answer", "--out", str(out)]
+    assert bench.main(argv, engine_factory=factory) == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    answers = 6 + sum(res["built"].values())
+    assert engines[0].calls == 10 * answers + 10 * 6
+    with pytest.raises(bench.SettingsMismatchError, match="--protocol"):
+        bench.judge_setup("reference", None, protocol="checklist")

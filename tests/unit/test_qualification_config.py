@@ -174,6 +174,7 @@ def test_a_larger_sample_keeps_every_fault_already_built() -> None:
         return {(r["question_id"], r["kind"]): r for r in out.to_pylist()}
 
     small, large = rows(10), rows(60)
-    assert len(small) == 10 * len(KINDS)
-    assert len(large) == 60 * len(KINDS)
+    # A row per fault and one per its control.
+    assert len(small) == 10 * 2 * len(KINDS)
+    assert len(large) == 60 * 2 * len(KINDS)
     assert all(large[key] == row for key, row in small.items())

@@ -123,7 +123,8 @@ def _run(
     (root / "manifest.json").write_text(
         '{"status": "complete", '
         '"config": {"judges": {"judge-a": {"backend": "vllm", "model": "m"}}}, '
-        '"stages": [{"name": "judge", "wall_s": 12.5, "rows": 320}]}',
+        '"stages": {"scores:judge-a": {"seconds": 12.5, "rows_written": 320}}, '
+        '"retries": [{"stage": "judge", "wall_s": 3.5}]}',
         encoding="utf-8",
     )
     return Crafted(root, summary)
@@ -402,7 +403,8 @@ def test_run_details_are_rows_not_json(rendered: dict[str, Rendered]) -> None:
     assert "| parameters.trim | 0.1 |" in details
     assert "| parameters.k | 3 |" in details
     assert "| systems | rag@a, rag@b |" in details
-    assert "| stages 1.wall_s | 12.5 |" in details
+    assert "| stages.scores:judge-a.seconds | 12.5 |" in details
+    assert "| retries 1.wall_s | 3.5 |" in details  # a key of a newer version
     assert "| config.judges.judge-a.backend | vllm |" in details
     assert "| status | complete |" in details
     assert '{"' not in details
@@ -453,3 +455,28 @@ def test_every_report_module_is_free_of_jargon() -> None:
         if found:
             bad[path.name] = found
     assert bad == {}
+
+
+def test_the_paired_verdict_is_in_the_headline_above_a_collapsible_glossary(
+    rendered: dict[str, Rendered],
+) -> None:
+    """Issue 36: who is ahead is read under the cards, before any glossary."""
+    page = rendered["agree"]
+    headline = _sections(page.md)["Headline"]
+    verdicts = [ln for ln in headline.splitlines() if ln.startswith("Compared: ")]
+    assert len(verdicts) == 1, headline  # two systems, one pair
+    assert "rag@a" in verdicts[0]
+    assert "rag@b" in verdicts[0]
+    assert "95 % interval [" in verdicts[0]
+    # Above the headline's first glossary line in the Markdown ...
+    assert headline.index(verdicts[0]) < headline.index("> **")
+    # ... and in the HTML: after the cards, before the first (closed) glossary.
+    raw = page.raw_html
+    verdict = raw.index('<p class="verdict">Compared: ')
+    assert raw.rindex('<div class="card"', 0, verdict) < verdict
+    assert verdict < raw.index('<details class="terms"><summary>Terms used above: ')
+    assert verdict < raw.index('<section id="paired"')
+    assert '<dl class="terms">' in raw
+    assert raw.count('<dl class="terms">') == raw.count('<details class="terms">')
+    # One system: no verdict to give.
+    assert 'class="verdict"' not in rendered["disagree"].raw_html

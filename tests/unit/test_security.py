@@ -249,6 +249,66 @@ def test_code_loading_needs_allow_remote_code(
     assert load(tmp_path, cfg).allow_remote_code
 
 
+@pytest.mark.parametrize(
+    "name", ["OPENSSL_CONF", "GCONV_PATH", "PYTHONWARNINGS", "MY_SETTING"]
+)
+def test_engine_env_outside_the_allow_list_needs_allow_env(
+    tmp_path: Path, name: str
+) -> None:
+    cfg = base(tmp_path)
+    cfg["judges"]["v"] = {
+        "backend": "vllm",
+        "model": "/m",
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", name: "/tmp/x"},
+    }
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, cfg)
+    text = str(info.value)
+    assert f"judges.v.env sets [{name!r}]" in text
+    assert f"allow_env: [{name!r}]" in text
+    cfg["allow_remote_code"] = True  # not a code-loading switch: no help
+    with pytest.raises(ConfigError, match="allow_env"):
+        load(tmp_path, cfg)
+    del cfg["allow_remote_code"]
+    cfg["allow_env"] = [name]
+    assert load(tmp_path, cfg).allow_env == [name]
+
+
+def test_engine_env_tuning_variables_pass() -> None:
+    from cube_ray.engines.config import engine_env_allowed
+    from tests.conftest import TINY_ENGINE_ENV
+
+    tuning = [
+        *TINY_ENGINE_ENV,
+        "OMP_NUM_THREADS",
+        "CUDA_VISIBLE_DEVICES",
+        "NCCL_DEBUG",
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "HF_TOKEN",
+    ]
+    assert all(engine_env_allowed(n) for n in tuning)
+    for name in ("OPENSSL_CONF", "GCONV_PATH", "PYTHONWARNINGS", "LD_PRELOAD"):
+        assert not engine_env_allowed(name)
+
+
+def test_allow_env_does_not_open_code_loading_names(tmp_path: Path) -> None:
+    cfg = base(tmp_path)
+    env = {"LD_PRELOAD": "/tmp/evil.so", "VLLM_LOGGING_CONFIG_PATH": "/tmp/l.json"}
+    cfg["judges"]["v"] = {"backend": "vllm", "model": "/m", "env": env}
+    cfg["allow_env"] = ["LD_PRELOAD", "VLLM_LOGGING_CONFIG_PATH"]
+    with pytest.raises(ConfigError, match="allow_remote_code: true"):
+        load(tmp_path, cfg)
+    cfg["allow_remote_code"] = True
+    assert load(tmp_path, cfg).allow_remote_code
+
+
+def test_allow_env_lists_bare_names(tmp_path: Path) -> None:
+    cfg = base(tmp_path)
+    cfg["allow_env"] = ["${OPENSSL_CONF}"]
+    with pytest.raises(ConfigError, match="allow_env lists"):
+        load(tmp_path, cfg)
+
+
 def test_trust_remote_code_false_is_fine(tmp_path: Path) -> None:
     cfg = base(tmp_path)
     cfg["generator"] = {

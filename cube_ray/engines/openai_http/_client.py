@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cube_ray.engines.openai_http._reply import Reply
 from cube_ray.engines.openai_http._retry import Fatal
+from cube_ray.http_reply import async_client
 
 if TYPE_CHECKING:
     from cube_ray.engines.config import OpenAIHttpEngineConfig
@@ -58,10 +59,11 @@ async def gather_rows(
         max_keepalive_connections=config.max_concurrency,
     )
     sem = asyncio.Semaphore(config.max_concurrency)
-    async with httpx.AsyncClient(
+    async with async_client(
+        httpx,
+        timeout_s=config.timeout_s,
         base_url=config.base_url.rstrip("/") + "/",
         headers=headers,
-        timeout=httpx.Timeout(config.timeout_s),
         limits=limits,
         transport=transport,
     ) as client:

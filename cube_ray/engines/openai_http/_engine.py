@@ -31,11 +31,17 @@ from cube_ray.engines.openai_http._request import (
     logprobs_body,
 )
 from cube_ray.engines.openai_http._retry import Fatal, Requester
-from cube_ray.engines.openai_http._scores import argmax_score, expected_scores
+from cube_ray.engines.openai_http._scores import (
+    argmax_score,
+    expected_scores,
+    line_scores,
+    yes_no_score,
+)
 from cube_ray.engines.openai_http._usage import UsageMeter
 from cube_ray.env import secret
 from cube_ray.errors import EngineError, MissingDependencyError
 from cube_ray.http_reply import run_sync
+from cube_ray.protocols import scores_regex
 
 if TYPE_CHECKING:
     from cube_ray.engines.config import OpenAIHttpEngineConfig
@@ -149,6 +155,74 @@ class OpenAIHttpEngine:
         else:
             out = [argmax_score(reply, self._scrub) for reply in replies]
         self._meter.statuses([r.status for r in out])
+        return out
+
+    def _protocol_body(self, mode: ScoreMode, max_tokens: int) -> dict[str, Any]:
+        cfg = self.config
+        if mode == "expected" and not cfg.logprobs:
+            msg = (
+                f"engine {self.name!r}: score_mode 'expected' needs logprobs; set "
+                "`logprobs: true` in the engine config (the server must support it)"
+            )
+            raise EngineError(msg)
+        body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0}
+        if mode == "expected":
+            body.update(logprobs_body(cfg))
+        return body
+
+    def yes_no(
+        self, prompts: Sequence[str], *, words: tuple[str, str], mode: ScoreMode
+    ) -> list[ScoreResult]:
+        """P(yes) per prompt (protocol ``checklist``).
+
+        ``expected``: from the top logprobs of the first non-blank token,
+        normalised over the two words; ``argmax`` (or an API without
+        logprobs): 1 or 0 from the word the reply says, else ``parse_error``.
+        Constrained to the two words when ``guided_choice`` is on.
+        """
+        body = self._protocol_body(mode, self.config.score_max_tokens)
+        if self.config.guided_choice:
+            body.update(choices_body(words))
+        replies = self._batch(prompts, body, score=False)
+        out = [
+            yes_no_score(
+                reply,
+                self._scrub,
+                words=words,
+                expected=mode == "expected",
+                min_mass=self.config.min_score_mass,
+            )
+            for reply in replies
+        ]
+        self._meter.statuses([r.status for r in out])
+        return out
+
+    def score_lines(
+        self, prompts: Sequence[str], *, count: int, mode: ScoreMode
+    ) -> list[list[ScoreResult]]:
+        """``count`` scores per prompt, one a line (``all_dimensions``).
+
+        Constrained by a regular expression when ``guided_choice`` is on
+        (``guided_regex`` / ``structured_outputs.regex``); ``expected`` reads
+        the logprobs at each score position.
+        """
+        body = self._protocol_body(mode, self.config.score_max_tokens * count)
+        if self.config.guided_choice:
+            regex = scores_regex(count)
+            body.update({"guided_regex": regex, "structured_outputs": {"regex": regex}})
+        replies = self._batch(prompts, body, score=False)
+        out = [
+            line_scores(
+                reply,
+                self._scrub,
+                count=count,
+                expected=mode == "expected",
+                ten_is_one_token=self.config.ten_is_one_token,
+                min_mass=self.config.min_score_mass,
+            )
+            for reply in replies
+        ]
+        self._meter.statuses([r[0].status for r in out])
         return out
 
     def close(self) -> None:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from cube_ray.engines._scoring import (
     parse_score,
     read_expected,
+    read_score_lines,
+    read_yes_no,
     score_mass,
     split_matters,
     zero_share,
@@ -32,7 +34,14 @@ from cube_ray.engines.openai_http._request import choices_body, logprobs_body
 if TYPE_CHECKING:
     from cube_ray.engines.config import OpenAIHttpEngineConfig
 
-__all__ = ["SplitRead", "argmax_score", "expected_scores", "row_fields"]
+__all__ = [
+    "SplitRead",
+    "argmax_score",
+    "expected_scores",
+    "line_scores",
+    "row_fields",
+    "yes_no_score",
+]
 
 Scrub = Callable[[str | None], str | None]
 """Masks the API key in a reply's text."""
@@ -192,3 +201,68 @@ def expected_scores(
             common["raw"] = scrub(got.raw)
             out.append(ScoreResult(got.score, status=got.status, **common))
     return out
+
+
+# -- judging protocols (CUBE_METHOD.md section 14) ---------------------------
+
+
+def yes_no_score(
+    reply: Reply,
+    scrub: Scrub,
+    *,
+    words: tuple[str, str],
+    expected: bool,
+    min_mass: float,
+) -> ScoreResult:
+    """P(yes) of a yes/no reply (protocol ``checklist``).
+
+    From the first non-blank token's logprobs (``expected``), else 1 or 0 from
+    the text's word (an API without logprobs).
+    """
+    common = row_fields(reply, scrub)
+    if reply.status != "ok":
+        return ScoreResult(None, status=reply.status, **common)
+    first: list[tuple[str, float]] | None = None
+    if expected:
+        steps = reply.top_logprobs or []
+        tokens = reply.tokens or []
+        pos = next((i for i, t in enumerate(tokens) if t.strip()), 0)
+        first = list(steps[pos]) if pos < len(steps) else []
+    got = read_yes_no(first, text=reply.text, words=words, min_mass=min_mass)
+    return ScoreResult(got.p_yes, status=got.status, **common)
+
+
+def line_scores(
+    reply: Reply,
+    scrub: Scrub,
+    *,
+    count: int,
+    expected: bool,
+    ten_is_one_token: bool | None,
+    min_mass: float,
+) -> list[ScoreResult]:
+    """The ``count`` scores of a one-score-a-line reply (``read_score_lines``).
+
+    Each carries the whole call's token counts.
+    """
+    common = row_fields(reply, scrub)
+    if reply.status != "ok":
+        return [ScoreResult(None, status=reply.status, **common)] * count
+    readings = read_score_lines(
+        reply.tokens,
+        reply.top_logprobs,
+        text=reply.text,
+        count=count,
+        ten_is_one_token=ten_is_one_token,
+        min_mass=min_mass,
+        expected=expected,
+    )
+    # An ok row keeps the whole reply (every row of the answer shows all lines).
+    return [
+        ScoreResult(
+            r.score,
+            status=r.status,
+            **{**common, "raw": common["raw"] if r.status == "ok" else scrub(r.raw)},
+        )
+        for r in readings
+    ]

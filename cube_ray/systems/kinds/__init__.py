@@ -40,18 +40,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cube_ray.errors import ConfigError
+from cube_ray.systems.kinds.base import DEFAULT_K, SystemConfigBase
 
 if TYPE_CHECKING:
     from cube_ray.engines.base import Engine
     from cube_ray.engines.config import EngineConfig
     from cube_ray.env import EnvUse
     from cube_ray.systems.base import SystemUnderTest
-    from cube_ray.systems.config import SystemConfigBase
 
 __all__ = [
+    "DEFAULT_K",
     "Endpoint",
     "PlanCounts",
     "Preparation",
+    "SystemConfigBase",
     "SystemKind",
     "file_digest",
     "header_columns",
