@@ -8,10 +8,12 @@ Heavy imports (ray, vllm) happen inside ``func``, so ``cube-ray --help`` is fast
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from cube_ray import __version__
 from cube_ray.errors import CubeRayError
@@ -52,6 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def disk_full(exc: OSError) -> str:
+    """The sentence for a full disk met outside a stage (a stage says its own).
+
+    >>> disk_full(OSError(28, "No space left on device", "/runs/a/summary.json"))
+    ... # doctest: +ELLIPSIS
+    'the disk is full (No space left on device) writing to /runs/a. The rows ...'
+
+    """
+    where = f" writing to {Path(exc.filename).parent}" if exc.filename else ""
+    return (
+        f"the disk is full ({exc.strerror}){where}. The rows a run wrote before "
+        "are kept (each part file is written whole or not at all). Free space on "
+        "that disk and rerun the same command: a run resumes from those rows"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for any user error)."""
     parser = build_parser()
@@ -71,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports a writer cut off
+    except OSError as exc:  # after BrokenPipeError, one of its kind
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"cube-ray: error: {disk_full(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

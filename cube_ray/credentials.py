@@ -13,20 +13,26 @@ from __future__ import annotations
 import base64
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
-from cube_ray.env import PLACEHOLDER
+from cube_ray.env import PLACEHOLDER, secret
 
 __all__ = [
     "MASK",
+    "MIN_SECRET_CHARS",
     "is_credential_env",
     "is_credential_key",
     "literal_credential",
     "literal_in_url",
     "mask",
+    "recorded_secrets",
     "redact",
+    "redact_all",
+    "secret_forms",
+    "secret_names",
+    "secret_values",
 ]
 
 MASK = "***"
@@ -172,6 +178,11 @@ _MIN_CORE = 8
 """Shortest base64 run of a key that is redacted (shorter ones match by chance)."""
 
 
+def secret_forms(value: str) -> tuple[str, ...]:
+    """The texts that give a secret away, longest first (see :func:`redact`)."""
+    return _encoded_forms(value)
+
+
 @functools.lru_cache(maxsize=16)
 def _encoded_forms(secret: str) -> tuple[str, ...]:
     """The texts that give ``secret`` away: itself, URL- and base64-encoded.
@@ -222,3 +233,86 @@ def redact(text: str, secret: str | None) -> str:
         if form and form in text:
             text = text.replace(form, MASK)
     return text
+
+
+MIN_SECRET_CHARS = 8
+"""Shortest environment value redacted as a secret: a shorter one (``1``,
+``true``) is no key, and would be masked wherever the text happens to hold it."""
+_PROMPT_KEY = "CUBE_RAY_PROMPT_KEY"
+_URL_SECRET = re.compile(
+    r"(?:[?&]([^=&#\s]+)=|://[^/@\s]*:)\$\{([A-Za-z_][A-Za-z0-9_]*)\}"
+)
+"""A placeholder as a URL's query value (group 1 the parameter) or password."""
+
+
+def secret_names(config: Mapping[str, Any]) -> list[str]:
+    """The environment variables a run config reads as secrets.
+
+    Those named by ``*api_key_env`` fields; the ``${NAME}`` placeholders under
+    a credential key (``Authorization``, ``HF_TOKEN``), named like a
+    credential (``RAG_API_KEY``), or in a URL's password or credential query
+    parameter; and ``$CUBE_RAY_PROMPT_KEY``. Works on the config as loaded and
+    as the manifest stores it (placeholders and ``*_env`` fields are kept).
+
+    >>> secret_names({
+    ...     "judges": {"j": {"api_key_env": "OPENAI_KEY", "model": "m"}},
+    ...     "systems": [{"url": "https://h/a?key=${Q}&x=${RAG_HOST}",
+    ...                  "headers": {"Authorization": "Bearer ${TOK}",
+    ...                              "X-Trace": "${TRACE_ID}"}}],
+    ... })
+    ['CUBE_RAY_PROMPT_KEY', 'OPENAI_KEY', 'Q', 'TOK']
+    """
+    names: list[str] = [_PROMPT_KEY]
+
+    def walk(value: Any, credential: bool) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                key = str(k)
+                if key.endswith("api_key_env") and isinstance(v, str) and v:
+                    names.append(v)
+                walk(v, credential or is_credential_key(key))
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v, credential)
+        elif isinstance(value, str):
+            in_url = {
+                m.group(2)
+                for m in _URL_SECRET.finditer(value)
+                if m.group(1) is None or is_credential_key(m.group(1))
+            }
+            for name in PLACEHOLDER.findall(value):
+                if credential or is_credential_env(name) or name in in_url:
+                    names.append(name)
+
+    walk(config, False)
+    return sorted(dict.fromkeys(names))
+
+
+def secret_values(names: Sequence[str]) -> tuple[str, ...]:
+    """The values of the variables ``names`` (:func:`secret_names`) set here.
+
+    Values shorter than :data:`MIN_SECRET_CHARS` are left out.
+    """
+    values = {v for v in map(secret, names) if v and len(v) >= MIN_SECRET_CHARS}
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+def redact_all(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with each of ``secrets`` masked (:func:`redact`).
+
+    >>> redact_all("a sk-abcdef123 b hunter22", ["hunter22", "sk-abcdef123"])
+    'a *** b ***'
+    """
+    for value in secrets:
+        text = redact(text, value)
+    return text
+
+
+def recorded_secrets(config: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The secret values of a run, from its recorded config and this environment.
+
+    For what cube_ray writes after the run (the report, the audit sheet): the
+    variables the config ``manifest.json`` records reads as secrets
+    (:func:`secret_names`), as set where it runs now.
+    """
+    return secret_values(secret_names(config or {}))

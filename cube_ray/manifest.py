@@ -62,6 +62,8 @@ class StageRecord(_Record):
     nodes: dict[str, int] = Field(default_factory=dict)
     seconds: float = 0.0
     retries: list[Any] = Field(default_factory=list)
+    secrets_redacted: dict[str, int] = Field(default_factory=dict)
+    """Cells in which a secret was masked as they were written, per system."""
 
     @property
     def tokens(self) -> int:
@@ -110,6 +112,10 @@ class Manifest(_Record):
     stages: dict[str, StageRecord] = Field(default_factory=dict)
     rows: dict[str, int] = Field(default_factory=dict)
     failures: dict[str, dict[str, int]] = Field(default_factory=dict)
+    secrets_redacted: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """``table -> system -> cells`` in which a value cube_ray holds as a secret
+    was masked (``***``) as the rows were written, over every run of the dir:
+    a system (or judge) echoed a key."""
     summary: str | None = None
     report_error: str | None = None
     engines: dict[str, EngineRecord] = Field(default_factory=dict)

@@ -52,6 +52,12 @@ COST_KEYS = (
 )
 """The columns of a cost estimate (``cube-ray plan`` and ``--dry-run``)."""
 
+HALF_WIDTH_RANGE = (0.01, 100.0)
+"""Target half-widths ``cube-ray plan`` accepts, in CuBE points. CuBE is a
+percentage (0-100 within bounds, CUBE_METHOD.md section 7): below 0.01 points
+the sample runs to billions of questions per pilot question, and no interval
+is wider than 100."""
+
 
 def required_n(n_pilot: int, half_width_pilot: float, target: float) -> int:
     """Questions for a 95 % half-width ``target``: ``ceil(n0 * (h0 / H)^2)``.
@@ -61,8 +67,9 @@ def required_n(n_pilot: int, half_width_pilot: float, target: float) -> int:
     >>> required_n(60, 10.0, 5.0), required_n(60, 10.0, 20.0), required_n(100, 3.3, 2.0)
     (240, 15, 273)
     """
-    if target <= 0:
-        msg = f"the target half-width must be > 0, got {target}"
+    low, high = HALF_WIDTH_RANGE
+    if not low <= target <= high:  # NaN included
+        msg = f"the target half-width must be {low} to {high}, got {target}"
         raise ValueError(msg)
     # Round first: 60 * (10 / 5)^2 is 240.00000000000003 in floating point.
     return max(1, math.ceil(round(n_pilot * (half_width_pilot / target) ** 2, 9)))

@@ -30,7 +30,9 @@ __all__ = [
     "compare_with_humans",
     "judge_agreement",
     "krippendorff_alpha_interval",
+    "mean_abs_difference",
     "pair_stats",
+    "rater_agreement",
     "score_matrix",
 ]
 
@@ -223,10 +225,98 @@ class HumanComparison:
     agreement: pl.DataFrame
     """``judge, dimension, n, pearson, spearman, mae`` (dimension ``all`` pools)."""
     raters: pl.DataFrame
-    """``dimension, raters, units, alpha`` among human raters (>= 2 raters)."""
+    """:func:`rater_agreement` among the human raters (>= 2 raters)."""
     cube: pl.DataFrame
     """``system, questions, human_cube, human_weighted, jury_cube_same_questions``."""
     n_items: int
+
+
+RATER_AGREEMENT_SCHEMA = {
+    "dimension": pl.String,
+    "raters": pl.Int64,
+    "units": pl.Int64,
+    "alpha": pl.Float64,
+    "mean_abs_difference": pl.Float64,
+}
+
+
+def mean_abs_difference(data: FloatArray) -> float | None:
+    """Mean absolute difference of two raters' scores of one unit, over all pairs.
+
+    Args:
+        data: ``[raters, units]`` ratings; NaN where a rater did not rate.
+
+    Returns:
+        The mean over every unit and every pair of raters who both rated it,
+        or ``None`` when no unit has two ratings.
+
+    >>> mean_abs_difference(np.array([[5.0, 7.0, 1.0], [9.0, 7.0, np.nan]]))
+    2.0
+    >>> mean_abs_difference(np.array([[5.0, np.nan], [np.nan, 2.0]])) is None
+    True
+    """
+    values = np.asarray(data, dtype=np.float64)
+    diffs = [
+        np.abs(values[a] - values[b]) for a, b in combinations(range(len(values)), 2)
+    ]
+    pooled = np.concatenate(diffs) if diffs else np.zeros(0)
+    pooled = pooled[~np.isnan(pooled)]
+    return float(pooled.mean()) if pooled.size else None
+
+
+def rater_agreement(ratings: pl.DataFrame, dimensions: Sequence[str]) -> pl.DataFrame:
+    """Agreement among human raters, per dimension.
+
+    Args:
+        ratings: ``question_id, system, dimension, score[, rater]`` (one row
+            per rater and item; without ``rater``, one rater).
+        dimensions: The dimensions, in order.
+
+    Returns:
+        ``dimension, raters, units, alpha, mean_abs_difference``: the raters,
+        the units (question x set) rated by two or more, Krippendorff's alpha
+        (interval metric) and the mean absolute difference of two raters'
+        scores of one unit. No rows with fewer than two raters.
+
+    >>> r = pl.DataFrame({"question_id": ["1", "1", "2", "2"], "system": ["s"] * 4,
+    ...     "dimension": ["d"] * 4, "score": [4.0, 6.0, 8.0, 8.0],
+    ...     "rater": ["a", "b", "a", "b"]})
+    >>> row = rater_agreement(r, ["d"]).row(0)
+    >>> row[:3], round(row[3], 4), row[4]
+    (('d', 2, 2), 0.7273, 1.0)
+    """
+    rows: list[dict[str, object]] = []
+    raters = (
+        sorted(ratings.get_column(RATER).unique().to_list())
+        if RATER in ratings.columns
+        else []
+    )
+    if len(raters) >= 2:
+        for dim in dimensions:
+            wide = ratings.filter(pl.col(schema.DIMENSION) == dim).pivot(
+                on=RATER,
+                index=[schema.QUESTION_ID, schema.SYSTEM],
+                values=schema.SCORE,
+                aggregate_function="mean",
+            )
+            mat = np.vstack(
+                [
+                    wide.get_column(r).cast(pl.Float64).fill_null(np.nan).to_numpy()
+                    if r in wide.columns
+                    else np.full(wide.height, np.nan)
+                    for r in raters
+                ]
+            )
+            rows.append(
+                {
+                    "dimension": dim,
+                    "raters": len(raters),
+                    "units": int((np.sum(~np.isnan(mat), axis=0) >= 2).sum()),
+                    "alpha": krippendorff_alpha_interval(mat) if mat.size else None,
+                    "mean_abs_difference": mean_abs_difference(mat),
+                }
+            )
+    return pl.DataFrame(rows, schema=RATER_AGREEMENT_SCHEMA)
 
 
 def _human_scores(ratings: pl.DataFrame) -> pl.DataFrame:
@@ -311,41 +401,7 @@ def compare_with_humans(
         },
     )
 
-    rater_rows: list[dict[str, object]] = []
-    raters = sorted(ratings.get_column(RATER).unique().to_list())
-    if len(raters) >= 2:
-        for dim in dimensions:
-            wide = ratings.filter(pl.col(schema.DIMENSION) == dim).pivot(
-                on=RATER,
-                index=[schema.QUESTION_ID, schema.SYSTEM],
-                values=schema.SCORE,
-                aggregate_function="mean",
-            )
-            mat = np.vstack(
-                [
-                    wide.get_column(r).cast(pl.Float64).fill_null(np.nan).to_numpy()
-                    if r in wide.columns
-                    else np.full(wide.height, np.nan)
-                    for r in raters
-                ]
-            )
-            rater_rows.append(
-                {
-                    "dimension": dim,
-                    "raters": len(raters),
-                    "units": int((np.sum(~np.isnan(mat), axis=0) >= 2).sum()),
-                    "alpha": krippendorff_alpha_interval(mat) if mat.size else None,
-                }
-            )
-    rater_frame = pl.DataFrame(
-        rater_rows,
-        schema={
-            "dimension": pl.String,
-            "raters": pl.Int64,
-            "units": pl.Int64,
-            "alpha": pl.Float64,
-        },
-    )
+    rater_frame = rater_agreement(ratings, dimensions)
 
     cube_rows: list[dict[str, object]] = []
     if answers is not None:

@@ -33,7 +33,12 @@ import numpy.typing as npt
 import polars as pl
 
 from cube_ray import schema
-from cube_ray.aggregate._agreement import HUMAN_JUDGE, _human_scores, people_weights
+from cube_ray.aggregate._agreement import (
+    HUMAN_JUDGE,
+    _human_scores,
+    people_weights,
+    rater_agreement,
+)
 from cube_ray.aggregate._bootstrap import (
     CubeReplicates,
     FixedWeights,
@@ -47,6 +52,7 @@ from cube_ray.aggregate._model import (
     CalibratedFigure,
     Calibration,
     FigureInterval,
+    RaterAgreement,
     Summary,
 )
 from cube_ray.aggregate._ppi import (
@@ -524,6 +530,10 @@ def calibrate(
         across_judges=across,
         people_separation=people_sep,
         reasons=reasons,
+        raters=[
+            RaterAgreement.model_validate(r)
+            for r in rater_agreement(ratings, dims).iter_rows(named=True)
+        ],
     )
     return CalibrationResult(calibrated, block)
 

@@ -55,6 +55,7 @@ __all__ = [
     "JudgeFigures",
     "PairedComparison",
     "Qualification",
+    "RaterAgreement",
     "Reason",
     "Sample",
     "SampleStratum",
@@ -409,6 +410,19 @@ class CalibratedAcross(CalibratedFigure):
     judges: list[str]
 
 
+class RaterAgreement(_Model):
+    """``calibration.raters[]``: how far the human raters agree on one dimension."""
+
+    dimension: str
+    raters: int
+    units: int
+    """Answers (question x set) rated by two raters or more."""
+    alpha: float | None
+    """Krippendorff's alpha, interval metric (None: undefined)."""
+    mean_abs_difference: float | None
+    """Mean absolute difference of two raters' scores of one answer (0-10)."""
+
+
 class Calibration(_Model):
     """``calibration``: the human audit and how the calibration resampled (§13)."""
 
@@ -433,6 +447,9 @@ class Calibration(_Model):
     reasons: dict[str, Reason] = {}
     """Per system whose calibrated figures are not a result, why
     (``people_bounds_not_separated``); the figures stay in ``calibrated``."""
+    raters: list[RaterAgreement] = []
+    """Per dimension, the agreement of the human raters when the ratings name
+    two or more (a ``rater`` column); their scores of an answer are averaged."""
 
 
 class SampleStratum(_Model):

@@ -10,7 +10,6 @@ same rows in every sheet drawn with the same seed.
 
 from __future__ import annotations
 
-import math
 import re
 
 import polars as pl
@@ -29,6 +28,7 @@ __all__ = [
     "row_id",
     "rubric_short",
     "score_header",
+    "score_text",
     "shuffled_sets",
 ]
 
@@ -201,19 +201,45 @@ def clip_cell(text: str, *, limit: int = CELL_LIMIT) -> str:
     return f"{text[:limit]} … [{len(text) - limit} more characters not shown]"
 
 
+_SCORE = re.compile(r"-?[0-9]+(?:[.,][0-9]+)?")
+"""A human score as written: ASCII digits, optionally a decimal point (or a
+decimal comma, Excel in de, fr, ru, ...) and more digits. A ``-`` is read on
+zero (``-0.0``, as programs write a rounded small negative) and otherwise only
+to say that the number is outside 0-10. Exponents (``1e1``), digit
+separators (``1_0``), a ``+`` sign and digits of other scripts (``７``, ``٧``)
+are not scores, though Python's ``float`` reads them all."""
+
+
 def parse_score(cell: str) -> float | None:
     """A score cell: None when empty, else the number in 0..10.
 
+    The rule (:data:`_SCORE`): ASCII digits with an optional decimal point
+    or comma; surrounding spaces are ignored.
+
     Raises:
-        ValueError: The cell is not a number or is outside 0..10 (the message
-            says which and what is expected).
+        ValueError: The cell is not written as such a number, or is outside
+            0..10 (the message says which and what is expected).
 
     >>> parse_score(" 7 "), parse_score("7.5"), parse_score("7,5"), parse_score("")
     (7.0, 7.5, 7.5, None)
-    >>> parse_score("seven")
+    >>> parse_score("seven")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: 'seven' is not a number; expected a score 0-10 or an empty cell
+    ValueError: 'seven' is not a number; expected a score 0-10 written with ...
+    >>> for text in ("1e1", "1_0", "\uff17", "\u0667", "+7", "nan", "7."):
+    ...     try:
+    ...         parse_score(text)
+    ...     except ValueError:
+    ...         print(f"{text!r} refused")
+    '1e1' refused
+    '1_0' refused
+    '７' refused
+    '٧' refused
+    '+7' refused
+    'nan' refused
+    '7.' refused
+    >>> parse_score("-0.0"), parse_score("10")
+    (0.0, 10.0)
     >>> parse_score("11")
     Traceback (most recent call last):
     ...
@@ -222,17 +248,23 @@ def parse_score(cell: str) -> float | None:
     text = cell.strip()
     if not text:
         return None
-    if text.count(",") == 1 and "." not in text:
-        text = text.replace(",", ".")  # a decimal comma (Excel in de, fr, ru, ...)
-    try:
-        value = float(text)
-    except ValueError:
-        msg = f"{text!r} is not a number; expected a score 0-10 or an empty cell"
-        raise ValueError(msg) from None
-    if not math.isfinite(value):
-        msg = f"{text!r} is not a number; expected a score 0-10 or an empty cell"
+    if not _SCORE.fullmatch(text):
+        msg = (
+            f"{text!r} is not a number; expected a score 0-10 written with ASCII "
+            "digits and an optional decimal point (7, 7.5), or an empty cell"
+        )
         raise ValueError(msg)
+    value = float(text.replace(",", ".")) + 0.0  # -0.0 is 0
     if not 0.0 <= value <= 10.0:
         msg = f"{text} is outside 0-10; expected a score 0-10 or an empty cell"
         raise ValueError(msg)
     return value
+
+
+def score_text(value: float) -> str:
+    """A score as the human file writes it.
+
+    >>> score_text(7.0), score_text(7.5)
+    ('7', '7.5')
+    """
+    return str(int(value)) if value.is_integer() else repr(value)

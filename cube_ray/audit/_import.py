@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cube_ray import schema
-from cube_ray.audit._draw import column_letter, parse_score
+from cube_ray.audit._draw import column_letter, parse_score, score_text
 from cube_ray.audit._key import ROW, AuditKey, KeyRow, write_atomic
 from cube_ray.audit._worksheet import AUDIT_DIR, answer_units
 from cube_ray.audit._xlsx import is_workbook, read_xlsx
@@ -376,7 +376,7 @@ def _human_rows(
         for c in sorted(group, key=lambda c: (order[c.row.row], dims[c.dimension])):
             assert c.value is not None
             rows.append(
-                (c.row.question_id, c.row.system, c.dimension, _number(c.value))
+                (c.row.question_id, c.row.system, c.dimension, score_text(c.value))
             )
     if not rows:
         msg = (
@@ -385,11 +385,6 @@ def _human_rows(
         )
         raise InputError(msg, path=label)
     return rows
-
-
-def _number(value: float) -> str:
-    """A score as the human file writes it: ``7``, ``7.5``."""
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 def _check_nothing_dropped(target: Path, rows: list[tuple[str, str, str, str]]) -> None:

@@ -26,6 +26,7 @@ from cube_ray.audit._draw import (
 )
 from cube_ray.audit._key import ROW, AuditKey, KeyDimension, KeyRow, write_atomic
 from cube_ray.audit._xlsx import EXTRA, have_openpyxl, write_xlsx
+from cube_ray.credentials import recorded_secrets, redact_all
 from cube_ray.errors import InputError
 from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.sample import STRATUM, load_strata, read_sample
@@ -131,6 +132,9 @@ def write_worksheet(
     )
     header = [*TEXT_COLUMNS, *(d.column for d in dims)]
     table: list[list[str]] = [header]
+    # A belt: the tables hold no secret (masked as they were written).
+    record = Manifest.read(root)
+    secrets = recorded_secrets(record.config if record is not None else None)
     rows: list[KeyRow] = []
     for q_no, unit in enumerate(drawn.iter_rows(named=True), start=1):
         qid = unit[schema.QUESTION_ID]
@@ -145,8 +149,10 @@ def write_worksheet(
                 [
                     rid,
                     f"Q{q_no:03d}",
-                    *(defuse_formula(clip_cell(t)) for t in (question, document)),
-                    defuse_formula(clip_cell(answer)),
+                    *(
+                        defuse_formula(clip_cell(redact_all(t, secrets)))
+                        for t in (question, document, answer)
+                    ),
                     *([""] * len(dims)),
                 ]
             )

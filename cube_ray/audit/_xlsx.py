@@ -19,8 +19,10 @@ differ from the CSV's.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import unicodedata
 import warnings
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +66,24 @@ MAX_ROW_POINTS = 409.0
 """The tallest row Excel and LibreOffice allow (points)."""
 CONTINUED = "continued"
 """The sheet holding, whole, the texts too long for one row."""
+MAX_PART_BYTES = 128 * 2**20
+"""Most bytes one part of a workbook (a sheet's XML, the shared strings) may
+unpack to. An audit sheet of a few thousand answers is tens of MB; a zip
+bomb (a few MB that unpack to GBs) is refused before openpyxl reads it."""
+MAX_ROWS = 100_000
+"""Most rows a workbook's sheet may have (an audit sheet has one per answer)."""
+MAX_COLUMNS = 1_000
+"""Most columns a sheet may use (an audit sheet has a dozen or two)."""
+MAX_CELLS = 2_000_000
+"""Most cells of the sheet's grid (last row x last column): the rows are read
+into memory as that grid, empty cells included."""
+_READ_CHUNK = 1 << 20
+_TAG = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(row|c|mergeCell)\b([^<>]{0,1024})>")
+"""A row, cell or merged range's start tag in a sheet's XML (any prefix)."""
+_OVERLAP = 1100
+"""Bytes kept between chunks: more than the longest tag :data:`_TAG` matches."""
+_REF = re.compile(rb"""\br=["']([A-Z]{1,3})?(\d{1,7})["']""")
+_RANGE = re.compile(rb"""\bref=["']([A-Z]{1,3}\d{1,7}(?::[A-Z]{1,3}\d{1,7})?)["']""")
 _ILLEGAL = {c: None for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20)]}
 """Control characters XML 1.0 (so an .xlsx) cannot hold; dropped from cells."""
 
@@ -447,32 +467,185 @@ def read_xlsx(path: Path) -> SheetCells:
             "import that"
         )
         raise InputError(msg, path=str(path)) from None
+    parts = _scan_parts(path)
     try:
         with warnings.catch_warnings():
             # Workbooks saved by Excel carry extensions openpyxl warns about
             # and drops (slicers, conditional formats): nothing the import reads.
             warnings.simplefilter("ignore")
-            book = openpyxl.load_workbook(path, data_only=True)
+            book = openpyxl.load_workbook(path, read_only=True, data_only=True)
     except Exception as exc:  # zip, XML and openpyxl's own errors alike
         msg = (
             f"not a readable Excel workbook ({type(exc).__name__}: {exc}); save "
             "it again as 'Excel Workbook (.xlsx)' or as CSV UTF-8, then import it"
         )
         raise InputError(msg, path=str(path)) from None
-    sheets = book.worksheets
-    chosen = next((s for s in sheets if s.title == SHEET), None)
-    if chosen is None:
-        chosen = next(
-            (s for s in sheets if ROW in (cell_text(c.value).strip() for c in s[1])),
-            sheets[0],
+    try:
+        sheets = book.worksheets
+        chosen = next((s for s in sheets if s.title == SHEET), None)
+        if chosen is None:
+            chosen = next((s for s in sheets if ROW in _first_row(s, parts)), sheets[0])
+        label = f"{path}, sheet {chosen.title!r}"
+        part = _part_of(chosen, parts)
+        _check_size(label, part)
+        rows = [
+            [cell_text(v) for v in values]
+            for values in chosen.iter_rows(
+                min_row=1,
+                max_row=max(part.rows, 1),
+                max_col=max(part.columns, 1),
+                values_only=True,
+            )
+        ]
+    except InputError:
+        raise
+    except Exception as exc:  # a damaged sheet's XML
+        msg = (
+            f"not a readable Excel workbook ({type(exc).__name__}: {exc}); save "
+            "it again as 'Excel Workbook (.xlsx)' or as CSV UTF-8, then import it"
         )
-    rows = [
-        [cell_text(v) for v in values]
-        for values in chosen.iter_rows(min_row=1, values_only=True)
-    ]
-    merged = [
-        (m.coord, m.min_row, m.min_col - 1, m.max_row, m.max_col - 1)
-        for m in chosen.merged_cells.ranges
-    ]
-    book.close()
-    return SheetCells(label=f"{path}, sheet {chosen.title!r}", rows=rows, merged=merged)
+        raise InputError(msg, path=str(path)) from None
+    finally:
+        book.close()
+    return SheetCells(label=label, rows=rows, merged=part.merged)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What a sheet's XML holds, read before openpyxl reads the sheet."""
+
+    rows: int
+    """The last row (the row count openpyxl would yield)."""
+    columns: int
+    """The last column used by a cell."""
+    merged: list[tuple[str, int, int, int, int]]
+    """As :attr:`SheetCells.merged`."""
+
+
+def _scan_parts(path: Path) -> dict[str, _Part]:
+    """Every part's unpacked size checked, and each sheet's XML scanned.
+
+    The sizes are counted while unpacking (a zip's headers may lie), up to
+    :data:`MAX_PART_BYTES`; nothing is held but the sheets' row and column
+    counts and merged ranges.
+
+    Raises:
+        InputError: A part unpacks to more than :data:`MAX_PART_BYTES`, or the
+            file is not a zip.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            out: dict[str, _Part] = {}
+            for info in archive.infolist():
+                if info.is_dir():
+                    continue
+                with archive.open(info) as stream:
+                    sheet = info.filename.startswith("xl/worksheets/")
+                    out[info.filename] = _scan(path, info.filename, stream, sheet)
+            return out
+    except InputError:
+        raise
+    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError) as exc:
+        msg = (
+            f"not a readable Excel workbook ({type(exc).__name__}: {exc}); save "
+            "it again as 'Excel Workbook (.xlsx)' or as CSV UTF-8, then import it"
+        )
+        raise InputError(msg, path=str(path)) from None
+
+
+def _scan(path: Path, name: str, stream: Any, sheet: bool) -> _Part:
+    """One part unpacked in chunks: its size bounded; a sheet's tags read."""
+    from openpyxl.utils.cell import column_index_from_string, range_boundaries
+
+    size = rows = last_row = columns = 0
+    merged: list[tuple[str, int, int, int, int]] = []
+    tail = b""
+    while True:
+        chunk = stream.read(_READ_CHUNK)
+        size += len(chunk)
+        if size > MAX_PART_BYTES:
+            msg = (
+                f"its part {name} unpacks to more than {MAX_PART_BYTES // 2**20} "
+                "MB, more than an audit sheet holds (a zip bomb, or not the sheet "
+                "`cube-ray audit` wrote); import the sheet the audit wrote, saved "
+                "as 'Excel Workbook (.xlsx)' or as CSV UTF-8"
+            )
+            raise InputError(msg, path=str(path))
+        if not sheet:
+            if not chunk:
+                break
+            continue
+        buf = tail + chunk
+        cut = len(buf) if not chunk else max(0, len(buf) - _OVERLAP)
+        end = 0
+        for m in _TAG.finditer(buf):
+            if m.start() >= cut:
+                break
+            end = m.end()
+            kind, attrs = m.group(1), m.group(2)
+            if kind == b"row":
+                ref = _REF.search(attrs)
+                last_row = int(ref.group(2)) if ref else last_row + 1
+                rows = max(rows, last_row)
+            elif kind == b"c":
+                ref = _REF.search(attrs)
+                if ref and ref.group(1):
+                    columns = max(
+                        columns, column_index_from_string(ref.group(1).decode())
+                    )
+                else:
+                    columns = max(columns, 1)
+            else:
+                rng = _RANGE.search(attrs)
+                if rng:
+                    coord = rng.group(1).decode()
+                    left, top, right, bottom = range_boundaries(coord)
+                    merged.append((coord, top, left - 1, bottom, right - 1))
+        tail = buf[max(cut, end) :]
+        if not chunk:
+            break
+    return _Part(rows=rows, columns=columns, merged=merged)
+
+
+def _part_of(sheet: Any, parts: dict[str, _Part]) -> _Part:
+    """The scan of a read-only sheet's XML part."""
+    name = str(getattr(sheet, "_worksheet_path", "")).lstrip("/")
+    return parts.get(name, _Part(rows=0, columns=0, merged=[]))
+
+
+def _check_size(label: str, part: _Part) -> None:
+    """At most :data:`MAX_ROWS` rows, :data:`MAX_COLUMNS` columns, :data:`MAX_CELLS`."""
+    if part.rows > MAX_ROWS:
+        msg = (
+            f"the sheet has {part.rows:,} rows (its last row), more than the "
+            f"{MAX_ROWS:,} an audit sheet may have (one per answer); delete the "
+            "rows below the answers, or import the sheet `cube-ray audit` wrote"
+        )
+        raise InputError(msg, path=label)
+    if part.columns > MAX_COLUMNS:
+        msg = (
+            f"the sheet uses column {part.columns:,}, more than the "
+            f"{MAX_COLUMNS:,} an audit sheet may have; delete the columns right "
+            "of the scores, or import the sheet `cube-ray audit` wrote"
+        )
+        raise InputError(msg, path=label)
+    if part.rows * part.columns > MAX_CELLS:
+        msg = (
+            f"the sheet spans {part.rows:,} rows by {part.columns:,} columns, "
+            f"more than the {MAX_CELLS:,} cells an audit sheet may have; delete "
+            "the rows below the answers and the columns right of the scores, or "
+            "import the sheet `cube-ray audit` wrote"
+        )
+        raise InputError(msg, path=label)
+
+
+def _first_row(sheet: Any, parts: dict[str, _Part]) -> set[str]:
+    """A sheet's headings (row 1), bounded like the sheet itself."""
+    part = _part_of(sheet, parts)
+    if part.columns > MAX_COLUMNS or part.rows == 0:
+        return set()
+    first = next(
+        sheet.iter_rows(min_row=1, max_row=1, max_col=part.columns, values_only=True),
+        (),
+    )
+    return {cell_text(v).strip() for v in first}

@@ -65,10 +65,15 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Plan from the pilot; print the plan (and write ``--json``)."""
     from cube_ray.errors import ConfigError
-    from cube_ray.sizing import format_sample_plan, plan_sample
+    from cube_ray.sizing import HALF_WIDTH_RANGE, format_sample_plan, plan_sample
 
-    if not args.half_width > 0:
-        msg = f"--half-width must be > 0 CuBE points, got {args.half_width}"
+    low, high = HALF_WIDTH_RANGE
+    if not low <= args.half_width <= high:  # NaN and inf included
+        msg = (
+            f"--half-width must be {low} to {high} CuBE points, got "
+            f"{args.half_width}; give the interval's half-width you aim for, "
+            "e.g. --half-width 2"
+        )
         raise ConfigError(msg)
     if args.corpus_size is not None and args.corpus_size < 1:
         msg = f"--corpus-size must be >= 1, got {args.corpus_size}"

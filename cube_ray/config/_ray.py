@@ -85,6 +85,13 @@ class RayConfig(StrictModel):
     status ``resource_timeout``. A demand that no node and no node type can
     meet fails at once (exit code 2)."""
 
+    stall_report_s: float = Field(default=300.0, ge=0)
+    """When a running stage writes no row for this long, say so (which stage,
+    what Ray has free, what the stage's tasks or actors and the engine pools
+    ask), and again after each such interval; the run goes on. 0: never. A
+    batch of slow engine calls can take minutes: the default leaves room for
+    that."""
+
     @model_validator(mode="after")
     def _waves_overlap(self) -> RayConfig:
         if self.waves > 1 and not self.overlap:

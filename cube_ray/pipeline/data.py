@@ -323,11 +323,13 @@ class DataOps:
         stem: str,
         key: tuple[str, ...],
         schema_: pa.Schema | None,
+        secrets: tuple[str, ...] = (),
     ) -> Iterator[dict[str, Any]]:
         """Write each block of ``ds`` as a part file from a Ray task.
 
         Yields the description (``_WRITTEN``) of each file as it is written;
         a file that a retried task rewrote may be described twice.
+        ``secrets``: names of the variables whose values are masked.
         """
         import ray.data
 
@@ -338,6 +340,7 @@ class DataOps:
                 "stem": stem,
                 "key": key,
                 "schema_": schema_,
+                "secrets": secrets,
             },
             batch_format="pyarrow",
             batch_size=None,

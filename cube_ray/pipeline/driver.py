@@ -48,6 +48,7 @@ from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.pipeline.sources import StageSources
 from cube_ray.pipeline.state import RunOptions, RunState
+from cube_ray.preflight._resources import stage_cpus
 from cube_ray.systems.kinds import system_kind
 
 __all__ = ["_Driver"]
@@ -175,10 +176,11 @@ class _Driver:
 
     def _step_cpus(self, step: _Step) -> float:
         """Logical CPUs a running stage holds: a light task or its actors, a writer."""
-        task = self.state.config.ray.task_num_cpus
-        pool = step.spec.pool
-        actors = pool.num_cpus * pool.min_size if step.spec.own_actors else task
-        return actors + task
+        return stage_cpus(
+            step.spec.pool,
+            own_actors=step.spec.own_actors,
+            task_cpus=self.state.config.ray.task_num_cpus,
+        )
 
     def _stage_cpus(self, specs: list[StageSpec]) -> float:
         """The cluster's logical CPUs less what the engine pools can hold."""

@@ -3,21 +3,28 @@
 A worker or node that dies (spot preemption, OOM kill, a lost heartbeat)
 surfaces as a Ray system error, wrapped by Ray Data; the runner retries a
 stage after one, never after an error in our own or the engines' code.
+Errors the user can fix (an engine that refuses the key, a full disk) are
+told apart too (:func:`user_fault`): the run stops with a sentence instead of
+Ray's traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import re
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 __all__ = [
     "StageInterrupted",
+    "UserFault",
     "alive_nodes",
     "await_node_loss",
     "infra_reason",
     "is_infra_failure",
+    "user_fault",
 ]
 
 
@@ -121,6 +128,76 @@ def _infra_failure(exc: BaseException) -> tuple[str, str] | None:
             return _infra_from_text(str(cur))
         # A RayTaskError that could not take its cause's class keeps it here.
         inner = getattr(cur, "cause", None)
+        if isinstance(inner, BaseException) and id(inner) not in seen:
+            cur = inner
+        else:
+            cur = cur.__cause__ or cur.__context__
+    return None
+
+
+@dataclass(frozen=True)
+class UserFault:
+    """An error behind a stage's failure that the user, not a retry, fixes."""
+
+    kind: Literal["error", "disk_full"]
+    """``error``: one of cube_ray's own errors (:class:`~cube_ray.errors.
+    CubeRayError`, e.g. an engine refusing the key); ``disk_full``: ENOSPC."""
+    message: str
+    """The error's own message (its first line)."""
+    path: str | None = None
+    """The file being written, for ``disk_full`` when known."""
+
+
+# ``cube_ray.errors.EngineError: message`` in a traceback text.
+_OWN_ERROR_LINE = re.compile(r"^cube_ray\.errors\.\w+: (.+)$", re.MULTILINE)
+# ``OSError: [Errno 28] No space left on device: 'path'`` in a traceback text.
+_DISK_FULL_LINE = re.compile(r"\[Errno 28\] ([^\n:']+)(?:: '([^'\n]+)')?", re.MULTILINE)
+
+
+def user_fault(exc: BaseException) -> UserFault | None:
+    r"""The user-fixable error behind ``exc``, if that is what it is.
+
+    Ray Data passes a stage's error on only as the text of its traceback
+    (``UserCodeException``), so the text is read too: its last line naming
+    one of cube_ray's errors, or an ``[Errno 28]``.
+
+    >>> text = (
+    ...     "Traceback ...\ncube_ray.errors.EngineError: the API rejected the key"
+    ...     " (HTTP 401)\n\nThe above exception was the direct cause ...\n"
+    ...     "ray.exceptions.UserCodeException: UDF failed to process a data block."
+    ... )
+    >>> user_fault(RuntimeError(text))
+    UserFault(kind='error', message='the API rejected the key (HTTP 401)', path=None)
+    >>> user_fault(RuntimeError(
+    ...     "OSError: [Errno 28] No space left on device: '/r/scores/.tmp-1.parquet'"
+    ... ))  # doctest: +NORMALIZE_WHITESPACE
+    UserFault(kind='disk_full', message='No space left on device',
+              path='/r/scores/.tmp-1.parquet')
+    >>> user_fault(OSError(errno.ENOSPC, "No space left on device", "/r/x"))
+    UserFault(kind='disk_full', message='No space left on device', path='/r/x')
+    >>> user_fault(ValueError("a bug")) is None
+    True
+    """
+    from cube_ray.errors import CubeRayError
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        inner = getattr(cur, "cause", None)
+        own = not type(cur).__module__.startswith("ray.")
+        if own and isinstance(cur, OSError) and cur.errno == errno.ENOSPC:
+            path = cur.filename if isinstance(cur.filename, str) else None
+            return UserFault("disk_full", cur.strerror or str(cur), path)
+        if own and isinstance(cur, CubeRayError):
+            return UserFault("error", str(cur))
+        text = str(cur)
+        full = _DISK_FULL_LINE.search(text)
+        if full is not None:
+            return UserFault("disk_full", full.group(1).strip(), full.group(2))
+        raised = _OWN_ERROR_LINE.findall(text)
+        if raised:
+            return UserFault("error", raised[-1].strip())
         if isinstance(inner, BaseException) and id(inner) not in seen:
             cur = inner
         else:

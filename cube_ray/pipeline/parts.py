@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cube_ray import schema
+from cube_ray.credentials import MASK, secret_forms, secret_values
 from cube_ray.errors import InputError
 from cube_ray.files import TMP_PREFIX, write_atomic
 from cube_ray.pipeline.method import QUALIFICATION_TABLES, TABLES
@@ -37,6 +38,7 @@ __all__ = [
     "count_unseen",
     "part_files",
     "read_table",
+    "redact_table",
     "set_aside_corrupt",
     "verify_part",
 ]
@@ -250,6 +252,8 @@ class StageStats:
     nodes: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     retries: list[str] = field(default_factory=list)
+    redacted: Counter[str] = field(default_factory=Counter)
+    """Cells in which a secret was masked (:func:`redact_table`), per system."""
 
     def plus(self, other: StageStats) -> StageStats:
         """Both together: a stage over two waves of the records.
@@ -270,6 +274,7 @@ class StageStats:
             nodes=self.nodes + other.nodes,
             seconds=self.seconds + other.seconds,
             retries=[*self.retries, *other.retries],
+            redacted=self.redacted + other.redacted,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -284,6 +289,7 @@ class StageStats:
             "nodes": dict(self.nodes),
             "seconds": round(self.seconds, 3),
             "retries": list(self.retries),
+            "secrets_redacted": dict(self.redacted),
         }
 
 
@@ -296,6 +302,7 @@ _WRITTEN = pa.schema(
         ("completion_tokens", pa.int64()),
         ("statuses", pa.string()),  # JSON {status: rows}
         ("nodes", pa.string()),  # JSON {node id: rows}
+        ("redacted", pa.string()),  # JSON {system: cells with a secret masked}
     ]
 )
 
@@ -320,7 +327,10 @@ def _part_name(stem: str, table: pa.Table, key: tuple[str, ...]) -> str:
 
 
 def _describe(
-    name: str, table: pa.Table, nodes: dict[str, int] | None = None
+    name: str,
+    table: pa.Table,
+    nodes: dict[str, int] | None = None,
+    redacted: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One ``_WRITTEN`` row for a part file holding ``table``."""
     import pyarrow.compute as pc
@@ -340,7 +350,55 @@ def _describe(
         "completion_tokens": total(schema.COMPLETION_TOKENS),
         "statuses": json.dumps(dict(statuses), sort_keys=True),
         "nodes": json.dumps(nodes or {}, sort_keys=True),
+        "redacted": json.dumps(redacted or {}, sort_keys=True),
     }
+
+
+def redact_table(
+    table: pa.Table, secrets: tuple[str, ...]
+) -> tuple[pa.Table, dict[str, int]]:
+    """``table`` with every secret masked in its text columns, and where.
+
+    Each secret's forms (itself, URL- and base64-encoded:
+    :func:`cube_ray.credentials.secret_forms`) become ``***`` in every
+    string column. Returns the cells masked, per ``system`` when the table
+    has that column (else under ``""``).
+
+    >>> t = pa.table({"system": ["rag", "zero"], "answer": ["key sk-12345678!", "no"]})
+    >>> out, hits = redact_table(t, ("sk-12345678",))
+    >>> out.column("answer").to_pylist(), hits
+    (['key ***!', 'no'], {'rag': 1})
+    """
+    import pyarrow.compute as pc
+
+    forms = [f for value in secrets for f in secret_forms(value)]
+    forms.sort(key=len, reverse=True)
+    if not forms or table.num_rows == 0:
+        return table, {}
+    hit: Any = None
+    for i, column in enumerate(table.schema):
+        if not (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            continue
+        values = table.column(i)
+        changed = False
+        for form in forms:
+            found = pc.fill_null(pc.match_substring(values, form), False)
+            if not pc.any(found).as_py():
+                continue
+            values = pc.replace_substring(values, pattern=form, replacement=MASK)
+            changed = True
+            hit = found if hit is None else pc.or_(hit, found)
+        if changed:
+            table = table.set_column(i, column, values)
+    if hit is None:
+        return table, {}
+    mask = pa.chunked_array([hit]) if isinstance(hit, pa.Array) else hit
+    if schema.SYSTEM in table.column_names:
+        systems = table.column(schema.SYSTEM).filter(mask).to_pylist()
+        return table, dict(Counter(str(s) for s in systems))
+    return table, {"": int(pc.sum(mask.cast(pa.int64())).as_py() or 0)}
 
 
 def _write_part(
@@ -350,12 +408,15 @@ def _write_part(
     stem: str,
     key: tuple[str, ...],
     schema_: pa.Schema | None,
+    secrets: tuple[str, ...] = (),
 ) -> pa.Table:
     """Write one block as a part file, atomically, and describe it in one row.
 
     Runs in a Ray task beside the actor pools, so blocks go from the object
     store to disk without passing through the driver; the driver receives
-    only these one-row descriptions.
+    only these one-row descriptions. ``secrets``: the names of the variables
+    whose values are masked in the rows (:func:`redact_table`); the values
+    are read here, from the task's environment, and never travel.
     """
     if batch.num_rows == 0:
         return _WRITTEN.empty_table()
@@ -365,12 +426,15 @@ def _write_part(
         batch = batch.drop_columns([NODE_ID])
     if schema_ is not None:
         batch = batch.select(schema_.names).cast(schema_)
+    batch, redacted = redact_table(batch, secret_values(secrets))
     name = _part_name(stem, batch, key)
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     # A unique temporary name: two attempts of one task may overlap.
     write_atomic(out_dir / name, _parquet(batch))
-    return pa.Table.from_pylist([_describe(name, batch, nodes)], schema=_WRITTEN)
+    return pa.Table.from_pylist(
+        [_describe(name, batch, nodes, redacted)], schema=_WRITTEN
+    )
 
 
 def _keep_current(batch: pa.Table) -> pa.Table:
@@ -398,6 +462,7 @@ def _count(stats: StageStats, info: dict[str, Any]) -> None:
     stats.completion_tokens += info["completion_tokens"]
     stats.statuses.update(json.loads(info["statuses"]))
     stats.nodes.update(json.loads(info["nodes"]))
+    stats.redacted.update(json.loads(info.get("redacted") or "{}"))
 
 
 def count_unseen(

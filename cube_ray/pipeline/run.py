@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,6 +246,9 @@ def _run_stages(
             key=prompt_key(),
         )
         driver.state.stage_context = {"nonce": nonce}
+        # Kept from earlier runs of the dir: their rows are not rewritten.
+        earlier = Manifest.read(run_dir)
+        earlier_redacted = earlier.secrets_redacted if earlier is not None else {}
         manifest = Manifest(
             status="running",
             config=config.manifest_config(),
@@ -255,6 +259,7 @@ def _run_stages(
             versions=_versions(),
             started=started,
             run_stamp=driver.state.stamp,
+            secrets_redacted=earlier_redacted,
         )
         manifest.write(run_dir)
         # From here on the manifest exists: whatever stops the run (a stage
@@ -312,6 +317,7 @@ def _run_stages(
                 for t in TABLES + (QUALIFICATION_TABLES if config.qualification else ())
             },
             "failures": _failures(driver.state.stats),
+            "secrets_redacted": _redacted(earlier_redacted, driver.state.stats),
             "summary": "summary.json" if summary_path else None,
             "report_error": None,
             "engines": engines,
@@ -434,6 +440,27 @@ def _iter_paths(obj: Any) -> Iterator[Any]:
         for v in obj:
             if isinstance(v, str | Path):
                 yield v
+
+
+def _redacted(
+    earlier: dict[str, dict[str, int]], stats: dict[str, StageStats]
+) -> dict[str, dict[str, int]]:
+    """``table -> system -> cells`` where a secret was masked, all runs of the dir.
+
+    >>> from cube_ray.pipeline.parts import StageStats
+    >>> from collections import Counter
+    >>> _redacted({"answers": {"rag": 1}},
+    ...           {"answers:rag": StageStats(redacted=Counter(rag=2)),
+    ...            "scores:j1": StageStats()})
+    {'answers': {'rag': 3}}
+    """
+    out: dict[str, Counter[str]] = {
+        table: Counter(by_system) for table, by_system in earlier.items()
+    }
+    for label, s in stats.items():
+        if s.redacted:
+            out.setdefault(label.partition(":")[0], Counter()).update(s.redacted)
+    return {table: dict(sorted(c.items())) for table, c in sorted(out.items()) if c}
 
 
 def _failures(stats: dict[str, StageStats]) -> dict[str, dict[str, int]]:

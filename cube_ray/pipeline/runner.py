@@ -11,9 +11,11 @@ reaches the job's shared engine pools (``cube_ray.pipeline.engine_pool``).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cube_ray.console import console
+from cube_ray.credentials import secret_names
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline import faults
 from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
@@ -27,6 +29,8 @@ from cube_ray.pipeline.parts import (
     count_unseen,
     part_files,
 )
+from cube_ray.pipeline.stall import StallWatch, stall_message
+from cube_ray.preflight._resources import engine_pool_cpus, stage_cpus
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -64,6 +68,26 @@ class _Progress:
             self._bar.close()
 
 
+def _doer(spec: StageSpec) -> str:
+    """Who does a stage's work, as a sentence names it (``judge j1``).
+
+    >>> from types import SimpleNamespace as S
+    >>> _doer(S(label="scores:j1", owners=(("judges.j1", None),)))
+    'judge j1'
+    >>> _doer(S(label="answers:bounds", owners=(("generator", None),)))
+    'generator'
+    >>> _doer(S(label="answers:rag", owners=(("systems[rag]", 1), ("generator", 2))))
+    'answers:rag (systems[rag], generator)'
+    """
+    if len(spec.owners) != 1:
+        names = ", ".join(path for path, _ in spec.owners)
+        return f"{spec.label} ({names})" if names else spec.label
+    path = spec.owners[0][0]
+    if path.startswith("judges."):
+        return f"judge {path.removeprefix('judges.')}"
+    return str(path)
+
+
 class StageRunner:
     """Runs one stage spec (of one wave), with retries after a lost node."""
 
@@ -79,6 +103,8 @@ class StageRunner:
         self._data = data
         self._compaction = compaction
         self._engines = engines
+        # Names only: each writer task reads the values from its environment.
+        self._secrets = tuple(secret_names(state.config.model_dump(mode="json")))
 
     def run_stage(
         self, spec: StageSpec, *, inputs: Dataset, expected: int, wave: int = 0
@@ -132,6 +158,9 @@ class StageRunner:
             written_at_failure = stats.written
             retries = self._state.config.ray.stage_retries
             if failures > retries or not faults.is_infra_failure(cause):
+                fault = faults.user_fault(cause)
+                if fault is not None:
+                    raise self._stopped(spec, stats, fault) from None
                 raise cause
             first_seq = failure.next_seq
             reason = faults.infra_reason(cause)
@@ -147,6 +176,74 @@ class StageRunner:
         # was counted; the next attempt skipped its rows: count them now.
         for stem in stems[:-1]:
             count_unseen(stats, self._state.table_dir(spec.table), stem, seen)
+
+    def _stopped(
+        self, spec: StageSpec, stats: StageStats, fault: faults.UserFault
+    ) -> CubeRayError:
+        """The sentence a stage stopped by a user-fixable error ends the run with.
+
+        Every part file written so far is complete and kept: the rerun skips
+        their rows.
+        """
+        state = self._state
+        options = state.options
+        rerun = (
+            f"cube-ray run {options.config_path or 'CONFIG'} --out {options.run_dir}"
+        )
+        kept = (
+            f"the {stats.written} rows this stage wrote before are kept, with "
+            "those of the stages before it"
+        )
+        if fault.kind == "disk_full":
+            folder = (
+                Path(fault.path).parent if fault.path else state.table_dir(spec.table)
+            )
+            msg = (
+                f"{spec.label}: the disk is full ({fault.message}) writing to "
+                f"{folder}. Nothing is lost: {kept}, and the file cut short was "
+                "not kept. Free space on that disk (or move the run dir to a "
+                f"larger one) and rerun `{rerun}` to resume from them"
+            )
+        else:
+            msg = (
+                f"{_doer(spec)}: {fault.message}. The run stopped; {kept}. Fix "
+                f"that and rerun `{rerun}` to go on from them"
+            )
+        return CubeRayError(msg)
+
+    def _report_stall(
+        self, spec: StageSpec, shown: str, stats: StageStats, idle: float
+    ) -> None:
+        """Say what a stage that wrote nothing for ``idle`` seconds waits for."""
+        import ray
+
+        config = self._state.config
+        task = config.ray.task_num_cpus
+        pool = spec.pool
+        if spec.own_actors:
+            owner = spec.owners[0][0] if spec.owners else spec.label
+            needs = (
+                f"{pool.min_size} actor(s) of {owner}.pool.num_cpus "
+                f"{pool.num_cpus:g} and a writer task of ray.task_num_cpus {task:g}"
+            )
+        else:
+            needs = f"a task and a writer task of ray.task_num_cpus {task:g}"
+        need = stage_cpus(pool, own_actors=spec.own_actors, task_cpus=task)
+        pools = ", ".join(
+            f"{' = '.join(paths)} {cpus:g}"
+            for paths, cpus in engine_pool_cpus(config).values()
+        )
+        msg = stall_message(
+            shown,
+            idle_s=idle,
+            written=stats.written,
+            free=ray.available_resources(),  # type: ignore[no-untyped-call]
+            total=ray.cluster_resources(),  # type: ignore[no-untyped-call]
+            needs=needs,
+            need_cpus=need,
+            pools=pools,
+        )
+        print(f"cube-ray: warning: {msg}", file=console(), flush=True)
 
     def _shown(self, label: str, first_seq: int) -> str:
         """A stage's name in messages: with its wave when there are waves."""
@@ -214,14 +311,26 @@ class StageRunner:
         out = self._map(spec, todo)
         stem = self._stem(label, first_seq)
         bar = _Progress(state.progress, shown, expected - stats.skipped - stats.written)
+        watch = StallWatch(
+            after_s=state.config.ray.stall_report_s,
+            report=lambda idle: self._report_stall(spec, shown, stats, idle),
+        )
         try:
-            for info in self._data.write_parts(
-                out, table_dir, stem=stem, key=key, schema_=spec.out_schema
-            ):
-                if info["file"] not in seen:
-                    seen[info["file"]] = info["rows"]
-                    _count(stats, info)
-                    bar.update(info["rows"])
+            with watch:
+                parts = self._data.write_parts(
+                    out,
+                    table_dir,
+                    stem=stem,
+                    key=key,
+                    schema_=spec.out_schema,
+                    secrets=self._secrets,
+                )
+                for info in parts:
+                    watch.progress()
+                    if info["file"] not in seen:
+                        seen[info["file"]] = info["rows"]
+                        _count(stats, info)
+                        bar.update(info["rows"])
         except BaseException as exc:
             # Whatever the failure (Ctrl-C included), part files already
             # written are complete: keep them, and count those whose

@@ -22,9 +22,12 @@ from cube_ray.preflight._resources import (
     PoolDemand,
     Say,
     capacity,
+    engine_pool_cpus,
     fmt_resources,
+    headroom_problem,
     pool_demands,
     resource_problem,
+    stage_cpus,
 )
 
 __all__ = [
@@ -165,6 +168,31 @@ def _request(demands: list[PoolDemand]) -> None:
         return
 
 
+def _check_headroom(config: RunConfig, nodes: list[NodeShape]) -> None:
+    """The stages fit beside the engine pools (:func:`headroom_problem`).
+
+    Raises:
+        ClusterError: They do not: the run would hang after it started.
+    """
+    task = config.ray.task_num_cpus
+    light = stage_cpus(config.generator.pool, own_actors=False, task_cpus=task)
+    stages = [("the generator's stages (questions, bounds: light tasks)", light)]
+    stages += [
+        (f"systems[{s.name}] ({s.pool.min_size} x {s.pool.num_cpus:g} CPUs and a "
+         "writer task)", stage_cpus(s.pool, own_actors=True, task_cpus=task))
+        for s in config.systems
+    ]  # fmt: skip
+    stages += [(f"judges.{name} (light tasks)", light) for name in config.judges]
+    problem = headroom_problem(
+        cpus=sum(n.count * n.resources.get("CPU", 0.0) for n in nodes),
+        engines=engine_pool_cpus(config),
+        stages=stages,
+        local=config.ray.address in (None, "local"),
+    )
+    if problem is not None:
+        raise ClusterError(f"the stages cannot run beside the engine pools: {problem}")
+
+
 def check_resources(
     config: RunConfig,
     *,
@@ -191,6 +219,8 @@ def check_resources(
         raise ClusterError(
             "a pool can never start on this cluster:\n  - " + "\n  - ".join(problems)
         )
+    if not node_types:  # an autoscaler adds nodes for waiting tasks
+        _check_headroom(config, nodes)
     pending = [d for d in demands if capacity(nodes, d) < d.min_size]
     if not pending:
         return nodes

@@ -2,7 +2,9 @@
 
 What each actor pool asks (:class:`PoolDemand`), what a node or an autoscaler
 node type offers (:class:`NodeShape`), how many actors fit, and the message
-when a pool can never start.
+when a pool can never start. And the CPUs left to the stages' own work once
+the engine pools hold theirs (:func:`headroom_problem`): with none left for
+Ray Data's tasks a run would start and then wait forever.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ __all__ = [
     "Say",
     "actors_fit",
     "capacity",
+    "engine_pool_cpus",
     "fmt_resources",
+    "headroom_problem",
     "node_fit",
     "pool_demands",
     "resource_problem",
+    "stage_cpus",
 ]
 
 Say = Callable[[str], None]
@@ -222,4 +227,96 @@ but no node offers 'judge'
     return (
         f"{head}the cluster hosts at most {most} at once (nodes: {have}{scaler})."
         f" Fix: set {demand.pool}.min_size to {most} or less, or add nodes"
+    )
+
+
+def stage_cpus(pool: PoolConfig, *, own_actors: bool, task_cpus: float) -> float:
+    """Logical CPUs a running stage holds: its actors or one light task, a writer.
+
+    A stage with work of its own (a system) runs ``pool.min_size`` actors of
+    ``pool.num_cpus``; a light stage (bounds, questions, a judge) runs tasks of
+    ``ray.task_num_cpus``; either needs a part-file writer task beside it.
+
+    >>> pool = PoolConfig(num_cpus=1.0, min_size=2, max_size=2)
+    >>> stage_cpus(pool, own_actors=True, task_cpus=0.5)
+    2.5
+    >>> stage_cpus(PoolConfig(), own_actors=False, task_cpus=0.5)
+    1.0
+    """
+    actors = pool.num_cpus * pool.min_size if own_actors else task_cpus
+    return actors + task_cpus
+
+
+def engine_pool_cpus(config: RunConfig) -> dict[str, tuple[list[str], float]]:
+    """Per engine pool: the config paths it serves, and the CPUs its hosts hold.
+
+    Configs that name one pool (:func:`cube_ray.pipeline.engine_pool.engine_id`)
+    count once; a pool holds ``num_cpus * max_size`` for the whole job.
+    """
+    from cube_ray.pipeline.engine_pool import engine_id
+
+    engines: list[tuple[str, object]] = [("generator", config.generator)]
+    engines += [(f"judges.{name}", judge) for name, judge in config.judges.items()]
+    out: dict[str, tuple[list[str], float]] = {}
+    for path, engine in engines:
+        pool: PoolConfig = engine.pool  # type: ignore[attr-defined]
+        eid = engine_id(engine)
+        paths, _ = out.get(eid, ([], 0.0))
+        out[eid] = ([*paths, path], float(pool.num_cpus * pool.max_size))
+    return out
+
+
+def headroom_problem(
+    *,
+    cpus: float,
+    engines: Mapping[str, tuple[list[str], float]],
+    stages: list[tuple[str, float]],
+    local: bool,
+) -> str | None:
+    """Why the stages could never run beside the engine pools, or None.
+
+    The rule: the cluster's CPUs less what the engine pools hold
+    (:func:`engine_pool_cpus`) must leave room for the largest stage
+    (:func:`stage_cpus`). Otherwise Ray Data's tasks wait for a CPU that never
+    frees: the run starts its engines and hangs.
+
+    Args:
+        cpus: Logical CPUs of the cluster.
+        engines: :func:`engine_pool_cpus`.
+        stages: ``(what, CPUs)`` of every stage.
+        local: A local Ray (``ray.num_cpus`` sets its CPUs).
+
+    >>> engines = {"a": (["generator"], 0.5), "b": (["judges.j1"], 0.5),
+    ...            "c": (["judges.j2"], 0.5)}
+    >>> stages = [("judges.j1 (a light stage)", 1.0), ("systems[rag].pool", 1.0)]
+    >>> print(headroom_problem(cpus=2, engines=engines, stages=stages, local=True))
+    the engine pools hold 1.5 of the 2 CPUs (generator 0.5, judges.j1 0.5, \
+judges.j2 0.5: num_cpus x max_size each), leaving 0.5 for the stages' own work, \
+but judges.j1 (a light stage) needs 1 (Ray Data's tasks would wait for a CPU \
+that never frees: the run would start and hang). Fix: set ray.num_cpus to 3 or \
+more, or lower the engine pools' num_cpus (an HTTP or fake engine's host mostly \
+waits: 0.1 is enough) or ray.task_num_cpus
+    >>> headroom_problem(cpus=3, engines=engines, stages=stages, local=True)
+    """
+    held = sum(c for _, c in engines.values())
+    free = cpus - held
+    what, need = max(stages, key=lambda s: s[1], default=("", 0.0))
+    if need <= free + _EPS:
+        return None
+    pools = ", ".join(
+        f"{' = '.join(paths)} {c:g}" for paths, c in sorted(engines.values())
+    )
+    more = math.ceil(held + need - _EPS)
+    grow = (
+        f"set ray.num_cpus to {more} or more"
+        if local
+        else f"add nodes with {math.ceil(held + need - cpus - _EPS)} CPUs or more"
+    )
+    return (
+        f"the engine pools hold {held:g} of the {cpus:g} CPUs ({pools}: num_cpus "
+        f"x max_size each), leaving {max(free, 0.0):g} for the stages' own work, "
+        f"but {what} needs {need:g} (Ray Data's tasks would wait for a CPU that "
+        f"never frees: the run would start and hang). Fix: {grow}, or lower the "
+        "engine pools' num_cpus (an HTTP or fake engine's host mostly waits: "
+        "0.1 is enough) or ray.task_num_cpus"
     )

@@ -161,6 +161,28 @@ def calibrated_section(run: RunData) -> Section | None:
             )
         )
         sec.blocks.extend(Para(text) for text in sentences)
+    if block.raters:
+        sec.blocks.append(
+            Table(
+                ["dimension", "raters", "answers rated twice or more", "alpha", "MAD"],
+                [
+                    [
+                        r.dimension,
+                        str(r.raters),
+                        str(r.units),
+                        fmt(r.alpha, 3),
+                        fmt(r.mean_abs_difference, 2),
+                    ]
+                    for r in block.raters
+                ],
+                caption="The people's agreement: Krippendorff's alpha (interval "
+                "metric; 1 is full agreement) and the mean absolute difference "
+                "of two raters' scores of one answer (0-10). Their scores of an "
+                "answer are averaged",
+                anchor="calibrated-raters",
+                numeric=frozenset({1, 2, 3, 4}),
+            )
+        )
     return sec
 
 

@@ -143,19 +143,21 @@ def humans_section(run: RunData, path: str | Path) -> Section:
     if comp.raters.height:
         sec.blocks.append(
             Table(
-                ["dimension", "raters", "units", "alpha"],
+                ["dimension", "raters", "units", "alpha", "MAD"],
                 [
                     [
                         r["dimension"],
                         str(r["raters"]),
                         str(r["units"]),
                         fmt(r["alpha"], 3),
+                        fmt(r["mean_abs_difference"], 2),
                     ]
                     for r in comp.raters.iter_rows(named=True)
                 ],
                 caption="Agreement among human raters (Krippendorff's alpha, interval "
-                "scale)",
-                numeric=frozenset({1, 2, 3}),
+                "scale; MAD: mean absolute difference of two raters' scores of one "
+                "item)",
+                numeric=frozenset({1, 2, 3, 4}),
             )
         )
     if comp.cube.height:

@@ -22,7 +22,9 @@ from cube_ray.aggregate import (
     check_method,
     headline_intervals,
 )
+from cube_ray.credentials import recorded_secrets, redact_all
 from cube_ray.files import write_atomic
+from cube_ray.manifest import Manifest
 from cube_ray.report._calibrated import calibrated_lines, calibrated_section
 from cube_ray.report._cases import (
     agreement_section,
@@ -116,6 +118,42 @@ def resolve_intervals(
     )
 
 
+def secret_notes(manifest: Manifest | None) -> list[str]:
+    """What the report says when a secret was masked in the run's tables.
+
+    >>> m = Manifest(secrets_redacted={"answers": {"rag": 2}})
+    >>> secret_notes(m)[0][:65]
+    'The system rag echoed a secret that cube_ray holds (a key it read'
+    >>> secret_notes(Manifest(secrets_redacted={"scores": {"rag": 1}}))[0][:40]
+    'A judge echoed a secret that cube_ray ho'
+    >>> secret_notes(None), secret_notes(Manifest())
+    ([], [])
+    """
+    found = manifest.secrets_redacted if manifest is not None else {}
+    notes: list[str] = []
+    after = (
+        "; it is stored as *** in every file of the run (answers, scores, this "
+        "report). Check that system: a service that returns its credentials "
+        "may return them to any user"
+    )
+    for table, by_system in sorted(found.items()):
+        for system, cells in sorted(by_system.items()):
+            times = plural(int(cells), "time")
+            if table == "answers":
+                notes.append(
+                    f"The system {system} echoed a secret that cube_ray holds (a "
+                    f"key it read from the environment) {times} in its answers" + after
+                )
+            else:
+                about = f" judging {system}" if system else ""
+                notes.append(
+                    f"A judge echoed a secret that cube_ray holds (a key it read "
+                    f"from the environment) {times} in its replies{about} ({table})"
+                    + after.replace("Check that system", "Check that judge")
+                )
+    return notes
+
+
 def build_sections(
     run: RunData,
     *,
@@ -138,6 +176,7 @@ def build_sections(
     # The jury's disagreement is said in the headline too, not only below.
     agreement = judges_agreement(run)
     notes.extend(Para(w, "warn") for w in disagreements(agreement))
+    notes.extend(Para(w, "warn") for w in secret_notes(run.manifest))
     sections = [headline_section(run, notes)]
     for part in (
         paired_section(run),
@@ -233,12 +272,21 @@ def write_report(
     )
     # Renamed into place: a full disk leaves the previous report, and a
     # report.html that is a symlink is replaced, its target never written.
+    # A belt: the tables hold no secret (masked as they were written), nor
+    # should anything the report shows.
+    secrets = recorded_secrets(run.manifest.config if run.manifest else None)
     write_atomic(
         paths.html,
-        render_html(title=title, meta=meta, sections=sections, footer=footer),
+        redact_all(
+            render_html(title=title, meta=meta, sections=sections, footer=footer),
+            secrets,
+        ),
     )
     write_atomic(
         paths.markdown,
-        render_markdown(title=title, meta=meta, sections=sections, footer=footer),
+        redact_all(
+            render_markdown(title=title, meta=meta, sections=sections, footer=footer),
+            secrets,
+        ),
     )
     return paths

@@ -23,7 +23,9 @@ Request bodies: ``Content-Length`` must be one plain decimal number; a negative,
 malformed or repeated one is refused with 400, one over 1 MiB with 413, before
 any byte of the body is read (the connection is then closed, so the unread
 body is never taken for a request). A client that stops sending is dropped
-after :data:`READ_TIMEOUT_S`.
+after :data:`READ_TIMEOUT_S`. A client that goes away (a closed or reset
+connection, a timeout) is one line in the log, not a traceback: it is the
+client's doing and the server carries on.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,6 +96,21 @@ class RagHttpServer(ThreadingHTTPServer):
         self.system = system
         self.lock = threading.Lock()
         self.requests_served = 0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away: one line; anything else: the traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            host, port = client_address[:2]
+            log.warning(
+                "serve-rag: client %s:%s went away before its reply was sent "
+                "(%s); carrying on",
+                host,
+                port,
+                type(exc).__name__,
+            )
+            return
+        super().handle_error(request, client_address)
 
     def ask(self, question: str, question_id: str | None) -> SystemAnswer:
         """Answer one question with the served system (serialised)."""

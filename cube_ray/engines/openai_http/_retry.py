@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FATAL_STATUS",
+    "KEY_REFUSED",
     "RETRY_AFTER_MAX_S",
     "Fatal",
     "Requester",
@@ -40,6 +41,8 @@ logger = logging.getLogger("cube_ray.engines.openai_http")
 
 FATAL_STATUS = frozenset({401, 403, 404})
 """HTTP statuses that no retry can fix and that every request would hit."""
+KEY_REFUSED = frozenset({401, 403})
+"""Of those, the API refusing the key (missing, wrong, revoked, not allowed)."""
 RETRY_AFTER_MAX_S = 300.0
 """Longest ``Retry-After`` honoured; longer values are cut to this."""
 
@@ -153,6 +156,14 @@ class Requester:
         code = resp.status_code
         # An error body is kept as its length only: it may echo the key.
         said = f"HTTP {code} ({resp.size} bytes)"
+        if code in KEY_REFUSED:
+            msg = (
+                f"the API rejected the key (HTTP {code}) at {cfg.base_url} "
+                f"({path}, model {cfg.model!r}); check the API key in "
+                f"{cfg.api_key_env or '(no api_key_env)'}, and that it may use "
+                "that model"
+            )
+            raise Fatal(msg)
         if code in FATAL_STATUS:
             msg = (
                 f"engine {cfg.model!r}: {said} from {cfg.base_url} "
