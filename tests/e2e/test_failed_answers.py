@@ -330,4 +330,4 @@ def test_preflight_probe_warns_only_when_slow(
     config.generator.extra_body["refuse"] = True
     probe_endpoints(config, say=said.append)
     assert len(said) == 1
-    assert "failed (HTTPError: HTTP Error 400" in said[0]
+    assert "failed (answered HTTP 400)" in said[0]
