@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +116,20 @@ def test_concurrent_stages_get_one_pool_and_restarts_count(ray_local: Any) -> No
         dispatcher = pools._pools[eid][0]
         [host] = ray.get(dispatcher.hosts.remote())
         ray.kill(host, no_restart=False)  # Ray restarts it, as after a lost node
-        again = engine.generate(["a prompt"], sampling=sampling)
-        assert [g.text for g in again] == [g.text for g in first]
-        stats = pools.stats()[eid]
+        # The kill is asynchronous: on a loaded machine a call can still reach
+        # the old host. Call until one is served by the restarted host (at
+        # most 60 s); every answer must be the same.
+        deadline = time.monotonic() + 60
+        while True:
+            again = engine.generate(["a prompt"], sampling=sampling)
+            assert [g.text for g in again] == [g.text for g in first]
+            stats = pools.stats()[eid]
+            if stats["startups"] >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert stats["startups"] == 2, stats
         assert stats["startup_s"] >= 2 * 0.5
-        assert stats["calls"] == 2
+        assert stats["calls"] >= 2
     finally:
         pools.close()
 
