@@ -467,3 +467,23 @@ def test_check_asks_each_http_system_one_question(
                 assert line.endswith("; 2 of 2 retrieved ids are corpus ids")
     finally:
         server.shutdown()
+
+
+def test_allow_env_lets_a_named_engine_variable_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``allow_env: [NAME]`` through ``cube-ray run``: the variable the
+    allow-list refuses (``env_outside_allow_list`` above) is accepted once the
+    config names it, and only that one."""
+    corpus, ids = make_corpus(tmp_path, 4)
+    qa = make_qa_file(tmp_path, ids)
+    path = fake_config(tmp_path, corpus, qa)
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    _env_outside_allow_list(cfg, tmp_path)
+    argv = ["run", str(path), "--out", str(tmp_path / "run"), "--dry-run"]
+    for allowed, code in ((["GCONV_PATH"], 2), (["OPENSSL_CONF"], 0)):
+        cfg["allow_env"] = allowed
+        path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+        assert main(argv) == code, allowed
+        err = capsys.readouterr().err
+        assert ("OPENSSL_CONF" in err) == (code == 2), err
