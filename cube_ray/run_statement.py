@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,13 @@ from cube_ray.plan import PlanRow, engine_label, plan_run
 
 __all__ = [
     "CpuInfo",
+    "Drop",
+    "Fit",
     "Statement",
+    "choose_fit",
     "cpu_info",
     "estimate_run",
+    "fit_ladder",
     "fit_sample",
     "run_statement",
     "with_sample_size",
@@ -201,20 +206,141 @@ def _sample_high(config: RunConfig, rows: list[PlanRow]) -> int:
     return max((r.calls for r in rows if r.stage.startswith("answers:")), default=1)
 
 
+@dataclass(frozen=True)
+class Drop:
+    """One step of the fit's ladder: less work per question, and what it drops."""
+
+    what: str
+    """What this step drops, in words for the console."""
+    config: RunConfig
+    """The run config with this step and every step before it applied."""
+
+
+def _outside_headline(config: RunConfig) -> list[str]:
+    """LLM judges that cannot enter the headline, in the run's order.
+
+    With ``aggregate.require_qualification`` and a ``qualification`` that
+    leaves them out (``qualification.judges``), they hold no certificate
+    (CUBE_METHOD.md section 12): their scores are shown per judge but never
+    averaged into a CuBE, so their work is the first that a time budget drops.
+    """
+    qual = config.qualification
+    if qual is None or not config.aggregate.require_qualification:
+        return []
+    qualified = set(qual.qualified(list(config.judges)))
+    return [
+        name
+        for name, engine in config.judges.items()
+        if name not in qualified and engine.backend not in {"reference", "fake"}
+    ]
+
+
+def fit_ladder(config: RunConfig) -> list[Drop]:
+    """The work ``--fit-minutes`` drops, in this fixed order, to keep questions.
+
+    1. The LLM judges outside the headline (:func:`_outside_headline`: not
+       qualified under ``aggregate.require_qualification``) are left out of
+       the run. Their scores would be shown per judge but never averaged into
+       a CuBE, so the headline, its certified jury and its verdict stay the
+       same.
+
+    A step that changes nothing (no such judge, or it is the only judge) is
+    not listed; each step keeps the ones before it. Judges that may enter the
+    headline are never dropped. Not a step: switching a judge's protocol
+    (CUBE_METHOD.md section 14) or the run's dimensions, which would change
+    the headline's figures and make the run dir another run's, so a later
+    `--sample-size` rerun into it would be refused.
+    """
+    outside = _outside_headline(config)
+    if not outside or len(outside) == len(config.judges):
+        return []
+    judges = {n: e for n, e in config.judges.items() if n not in outside}
+    return [
+        Drop(
+            f"{', '.join(outside)} left out of the run (not qualified here, so "
+            "never in the headline)",
+            config.model_copy(update={"judges": judges}),
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What ``--fit-minutes`` chose: a step of the ladder and a sample size."""
+
+    step: int
+    """0: all the work; k: the ladder's first k steps applied."""
+    size: int
+    fits: bool
+    """Whether its estimate is within the budget."""
+
+
+def choose_fit(
+    seconds: Callable[[int, int], float],
+    *,
+    steps: int,
+    budget_s: float,
+    high: int,
+    minimum: int,
+) -> Fit:
+    """The fit: the largest sample with all the work, never below ``minimum``.
+
+    ``seconds(step, size)`` is the estimate with the ladder's first ``step``
+    steps applied (``steps`` of them). When all the work fits only below
+    ``minimum`` questions (the fewest that can give a verdict), the first
+    step whose estimate fits ``minimum`` questions is taken, with the largest
+    sample it fits; when none does, every step is taken with ``minimum``
+    questions, over the budget. ``minimum`` is capped at ``high``.
+
+    Per question 100 s with all the work, 80 s after step 1, 10 s after 2:
+
+    >>> cost = lambda step, n: 60 + (100, 80, 10)[step] * n
+    >>> choose_fit(cost, steps=2, budget_s=1300, high=12, minimum=6)
+    Fit(step=0, size=12, fits=True)
+    >>> choose_fit(cost, steps=2, budget_s=600, high=12, minimum=6)
+    Fit(step=1, size=6, fits=True)
+    >>> choose_fit(cost, steps=2, budget_s=300, high=12, minimum=6)
+    Fit(step=2, size=12, fits=True)
+    >>> choose_fit(cost, steps=2, budget_s=100, high=12, minimum=6)
+    Fit(step=2, size=6, fits=False)
+    >>> choose_fit(cost, steps=0, budget_s=600, high=12, minimum=6)
+    Fit(step=0, size=6, fits=False)
+    >>> choose_fit(cost, steps=0, budget_s=600, high=4, minimum=6)
+    Fit(step=0, size=4, fits=True)
+    """
+    floor = min(minimum, high)
+    size = fit_size(lambda n: seconds(0, n), budget_s=budget_s, high=high)
+    if size >= floor and seconds(0, size) <= budget_s:
+        return Fit(0, size, True)
+    for step in range(1, steps + 1):
+        if seconds(step, floor) <= budget_s:
+            size = fit_size(partial(seconds, step), budget_s=budget_s, high=high)
+            return Fit(step, max(size, floor), True)
+    return Fit(steps, floor, False)
+
+
 def fit_sample(
     config: RunConfig, *, minutes: float, limit: int | None, cpu: CpuInfo
 ) -> tuple[RunConfig, str]:
     """The config with the largest sample whose estimate fits, and what was chosen.
 
+    Never fewer questions than a verdict needs (:func:`verdict_minimum` of
+    ``aggregate.alpha``): below that, work per question is dropped instead
+    (:func:`fit_ladder`), and the note says what.
+
     Raises:
         ConfigError: No stage runs on a local CPU engine, so nothing estimates
             the run's time here.
     """
+    from cube_ray.aggregate import verdict_minimum
+
     rows = plan_run(config, limit=limit)
     high = _sample_high(config, rows)
+    ladder = fit_ladder(config)
+    configs = [config, *(d.config for d in ladder)]
 
-    def seconds(size: int) -> float:
-        sized = with_sample_size(config, size)
+    def seconds(step: int, size: int) -> float:
+        sized = with_sample_size(configs[step], size)
         found = estimate_run(sized, plan_run(sized, limit=limit), cpu)
         if found is None:
             msg = (
@@ -226,18 +352,36 @@ def fit_sample(
         return found[0].total_s
 
     budget = minutes * 60
-    size = fit_size(seconds, budget_s=budget, high=high)
-    took = seconds(size)
+    minimum = verdict_minimum(config.aggregate.alpha)
+    fit = choose_fit(
+        seconds, steps=len(ladder), budget_s=budget, high=high, minimum=minimum
+    )
+    size = fit.size
+    took = seconds(fit.step, size)
     note = f"--fit-minutes {minutes:g}: sample size {size} of {high} (≈ "
     note += f"{format_minutes(took)} on this CPU"
-    if took > budget:
+    if not fit.fits:
         note += f"; even that is over {minutes:g} min"
     elif size < high:
-        note += f"; {size + 1} would take ≈ {format_minutes(seconds(size + 1))}"
+        later = format_minutes(seconds(fit.step, size + 1))
+        note += f"; {size + 1} would take ≈ {later}"
     note += ")"
+    if fit.step:
+        dropped = "; then ".join(d.what for d in ladder[: fit.step])
+        note += (
+            f"; {min(minimum, high)} questions are the fewest that can give a "
+            f"verdict (CUBE_METHOD.md section 10: a Wilcoxon test of fewer "
+            f"cannot reach p < {config.aggregate.alpha:g}), so to fit it dropped: "
+            f"{dropped}"
+        )
+    elif not fit.fits and size == min(minimum, high) and size < high:
+        note += (
+            f"; {size} questions are the fewest that can give a verdict "
+            "(CUBE_METHOD.md section 10) and nothing else could be dropped"
+        )
     if size < high:
         note += f"; all {high}: --sample-size {high}"
-    return with_sample_size(config, size), note
+    return with_sample_size(configs[fit.step], size), note
 
 
 def _sample_words(sample: Any, *, documents: int | None, limit: int | None) -> str:
@@ -336,17 +480,27 @@ def run_statement(
             f"load average {load:.1f} on {cpu.cores} cores: other work shares this "
             "CPU, so expect longer"
         )
-    if questions > 1:
+    from cube_ray.aggregate import verdict_minimum
+
+    fewest = verdict_minimum(config.aggregate.alpha)
+    if questions > fewest:  # never below the questions a verdict needs
         half = fit_size(
             lambda n: _total(with_sample_size(config, n), limit, cpu),
             budget_s=est.total_s / 2,
             high=questions - 1,
         )
+        half = max(half, fewest)
         shorter = _total(with_sample_size(config, half), limit, cpu)
         lines.append(
             f"shorter: `cube-ray run {config_path} --sample-size {half}` "
             f"(≈ {format_minutes(shorter)}) or `--fit-minutes M` (the largest "
             "sample that fits M minutes)"
+        )
+    elif questions > 1:
+        lines.append(
+            f"shorter: not with a verdict: fewer than {fewest} questions cannot "
+            "separate the bounds (CUBE_METHOD.md section 10); `--sample-size N` "
+            "still runs N"
         )
     return Statement(lines, est.total_s)
 

@@ -83,10 +83,13 @@ from cube_ray.aggregate._model import (
     BOUNDS_NOT_SEPARATED as BOUNDS_NOT_SEPARATED,
     DEGENERATE_BOUNDS as DEGENERATE_BOUNDS,
     MISSING_SCORES as MISSING_SCORES,
+    NO_CERTIFICATE as NO_CERTIFICATE,
+    NO_CERTIFIED_JUDGE as NO_CERTIFIED_JUDGE,
     NO_JUDGE_SEPARATES as NO_JUDGE_SEPARATES,
     NO_RETRIEVED_QUESTIONS as NO_RETRIEVED_QUESTIONS,
     NO_SHARED_JURY as NO_SHARED_JURY,
     SCHEMA_VERSION as SCHEMA_VERSION,
+    UNQUALIFIED_JUDGE as UNQUALIFIED_JUDGE,
     AcrossJudges as AcrossJudges,
     CalibratedAcross as CalibratedAcross,
     CalibratedFigure as CalibratedFigure,
@@ -151,6 +154,7 @@ from cube_ray.aggregate._separation import (
     MIN_NONZERO_PAIRS as MIN_NONZERO_PAIRS,
     NOT_SEPARATED as NOT_SEPARATED,
     separated as separated,
+    verdict_minimum as verdict_minimum,
     wilcoxon_greater as wilcoxon_greater,
 )
 from cube_ray.aggregate._summary import (

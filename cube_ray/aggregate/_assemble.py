@@ -45,13 +45,21 @@ from cube_ray.aggregate._math import (
 from cube_ray.aggregate._model import (
     DEGENERATE_BOUNDS,
     MISSING_SCORES,
+    NO_CERTIFICATE,
+    NO_CERTIFIED_JUDGE,
     NO_JUDGE_SEPARATES,
     NO_RETRIEVED_QUESTIONS,
     UNQUALIFIED_JUDGE,
 )
 from cube_ray.aggregate._own_model import own_model_judges, without_own_model
 from cube_ray.aggregate._passes import Study
-from cube_ray.aggregate._qualification import UNQUALIFIED, QualificationResult
+from cube_ray.aggregate._qualification import (
+    NO_CERTIFIED,
+    NOT_QUALIFIED,
+    UNQUALIFIED,
+    UNTESTED,
+    QualificationResult,
+)
 from cube_ray.aggregate._separation import NOT_SEPARATED
 
 _NO_RETRIEVED_TEXT = "no retrieved questions"
@@ -273,15 +281,37 @@ def finish_qualification(
     out: dict[str, Any],
     qual: QualificationResult,
     separated_judges: Mapping[str, list[str]],
+    *,
+    required: bool = True,
 ) -> None:
-    """Each judge's qualification block; who is left out for its faults."""
+    """Each judge's qualification block; who is left out for its faults.
+
+    With ``required`` (``aggregate.require_qualification``), a judge that
+    separates the bounds but holds no certificate is left out for that
+    reason, and a system whose every separated judge is left out so says why.
+    """
     for j, block in qual.block.items():
         out["judges"][j]["qualification"] = block
-    why = {"code": UNQUALIFIED_JUDGE, "text": UNQUALIFIED}
+    reasons = {
+        **{j: {"code": NO_CERTIFICATE, "text": UNTESTED} for j in qual.untested},
+        **{
+            j: {"code": UNQUALIFIED_JUDGE, "text": UNQUALIFIED}
+            for j in qual.unqualified
+        },
+        **{
+            j: {"code": NO_CERTIFICATE, "text": NOT_QUALIFIED} for j in qual.uncertified
+        },
+    }
+    for j, figures in out["judges"].items():
+        figures["certified"] = j not in reasons
+    if not required:
+        return
     for s, across in out["across_judges"].items():
-        for j in set(across["excluded"]) & qual.unqualified:
-            if j in separated_judges[s]:  # left out for its faults only
-                across["excluded"][j] = dict(why)
+        for j in set(across["excluded"]) & set(separated_judges[s]):
+            if j in reasons:  # left out for its certificate only
+                across["excluded"][j] = dict(reasons[j])
+        if not across["judges"] and separated_judges[s]:
+            across["reason"] = {"code": NO_CERTIFIED_JUDGE, "text": NO_CERTIFIED}
 
 
 def finish_failed_sets(study: Study, out: dict[str, Any]) -> None:

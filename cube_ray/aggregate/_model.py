@@ -37,6 +37,8 @@ __all__ = [
     "BOUNDS_NOT_SEPARATED",
     "DEGENERATE_BOUNDS",
     "MISSING_SCORES",
+    "NO_CERTIFICATE",
+    "NO_CERTIFIED_JUDGE",
     "NO_JUDGE_SEPARATES",
     "NO_RETRIEVED_QUESTIONS",
     "NO_SHARED_JURY",
@@ -83,6 +85,12 @@ NO_RETRIEVED_QUESTIONS = "no_retrieved_questions"
 UNQUALIFIED_JUDGE = "misses_faults"
 """A judge left out: it misses an expected fault kind on the weighted total (§12,
 ``aggregate.require_qualification``)."""
+NO_CERTIFICATE = "no_certificate"
+"""A judge left out: it was not qualified in the run (``qualification.judges``),
+so it holds no certificate (§12, ``aggregate.require_qualification``)."""
+NO_CERTIFIED_JUDGE = "no_certified_judge"
+"""A system has no across-judge figure: judges separate the bounds, but none
+holds a certificate (§12, ``aggregate.require_qualification``)."""
 NO_SHARED_JURY = "no_shared_jury"
 """Two systems are not compared: no judge enters both headlines."""
 # ``bound_unavailable`` / ``system_unavailable``: cube_ray.aggregate._availability.
@@ -206,6 +214,11 @@ class JudgeFigures(_Model):
     bound_separation: dict[str, dict[str, Separation]]
     qualification: dict[str, dict[str, Qualification]] | None = None
     """``<kind> -> <dimension|weighted> -> detection`` (§12), when run."""
+    certified: bool | None = None
+    """Whether the judge holds a certificate (§12): qualified in this run
+    (``qualification.judges``) and detecting every expected fault kind, net of
+    its control, as ``qualification.certify_on`` asks; None when the run has
+    no qualification."""
 
 
 class CrossJudgeFigure(_Model):

@@ -49,7 +49,10 @@ __all__ = [
     "FALSE_ALARM",
     "FAULT_KIND",
     "MISSES_FAULTS",
+    "NOT_QUALIFIED",
+    "NO_CERTIFIED",
     "UNQUALIFIED",
+    "UNTESTED",
     "QualificationInput",
     "QualificationResult",
     "false_alarms",
@@ -83,6 +86,21 @@ UNQUALIFIED = (
     "(aggregate.require_qualification)"
 )
 """Why a judge is left out of ``across_judges`` for its faults."""
+NOT_QUALIFIED = (
+    "not qualified in this run (qualification.judges), so it holds no "
+    "certificate (aggregate.require_qualification)"
+)
+"""Why a judge that was not qualified is left out of ``across_judges``."""
+UNTESTED = (
+    "no certificate: too few faults with a control to test any expected kind "
+    "(raise qualification.questions or the sample; aggregate.require_qualification)"
+)
+"""Why a qualified judge that could not be tested is left out."""
+NO_CERTIFIED = (
+    "no judge that separates the bounds holds a certificate "
+    "(aggregate.require_qualification)"
+)
+"""Why a system has no headline when every separated judge lacks a certificate."""
 _DELTA = "delta"
 _STATUS_OK = schema.STATUS_OK
 
@@ -100,6 +118,13 @@ class QualificationInput:
     """Dimension -> the fault kinds it must detect (``dimensions[].detects``)."""
     min_drop: float = 0.5
     """Smallest mean drop (points) for a detection."""
+    judges: Sequence[str] | None = None
+    """The judges qualified (``qualification.judges``); None: every judge. The
+    others hold no certificate."""
+    certify_on: str = "weighted"
+    """``weighted``: a judge that misses an expected kind on the weighted total
+    is unqualified (the method's rule); ``dimensions``: one that misses a
+    dimension's own expected kind (``qualification.certify_on``)."""
 
 
 def _pairs(original: pl.DataFrame, faulted: pl.DataFrame) -> pl.DataFrame:
@@ -440,7 +465,14 @@ class QualificationResult:
     <figure>`` per false alarm, one ``too few faults: ...`` per expected test
     with too few scored pairs."""
     unqualified: frozenset[str]
-    """Judges that miss an expected kind on the weighted total."""
+    """Judges that miss an expected kind on the weighted total (on a dimension
+    with ``certify_on: dimensions``)."""
+    uncertified: frozenset[str] = frozenset()
+    """Judges not qualified in the run (``qualification.judges``): no
+    certificate."""
+    untested: frozenset[str] = frozenset()
+    """Qualified judges none of whose expected kinds could be tested (too few
+    faults with a control): no certificate either."""
 
 
 def fixed_weights(
@@ -481,8 +513,10 @@ def qualify(
         for k in set(faults.get_column(FAULT_KIND).cast(pl.String).unique().to_list())
         if not is_control(k)
     )
+    chosen = qualification.judges
+    qualified = [j for j in judges if chosen is None or j in chosen]
     detection = fault_detection(
-        scores,
+        scores.filter(pl.col(schema.JUDGE).cast(pl.String).is_in(qualified)),
         qualification.scores,
         faults,
         weights=fixed_weights(weights, judges, dimensions),
@@ -492,7 +526,7 @@ def qualify(
     counts = _counts(faults)
     block = qualification_block(
         detection,
-        judges=judges,
+        judges=qualified,
         kinds=kinds,
         figures=[*dimensions, WEIGHTED],
         skipped={k: counts.get(k, (0, 0))[0] for k in kinds},
@@ -514,7 +548,7 @@ def qualify(
                 "p_value": test["p_value"],
             }
         )
-        if fig == WEIGHTED:
+        if (fig == WEIGHTED) == (qualification.certify_on == "weighted"):
             unqualified.add(judge)
     for judge, kind, fig in false_alarms(block):
         test = block[judge][kind][fig]
@@ -536,7 +570,40 @@ def qualify(
                 "n": block[judge][kind][fig]["n"],
             }
         )
-    return QualificationResult(block, flags, frozenset(unqualified))
+    return QualificationResult(
+        block,
+        flags,
+        frozenset(unqualified),
+        frozenset(j for j in judges if j not in qualified),
+        frozenset(_untested(block, expected, qualification.certify_on)),
+    )
+
+
+def _untested(
+    block: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]],
+    expected: Mapping[str, Sequence[str]],
+    certify_on: str,
+) -> list[str]:
+    """Judges with no detected expected kind on the figures that certify.
+
+    >>> hit, few = {"n": 8, "detected": True}, {"n": 2, "detected": False}
+    >>> block = {"a": {"number": {"weighted": hit}}, "b": {"number": {"weighted": few}}}
+    >>> _untested(block, {"relevance": ["number"]}, "weighted")
+    ['b']
+    """
+    if certify_on == "weighted":
+        wanted = {WEIGHTED: sorted({k for ks in expected.values() for k in ks})}
+    else:
+        wanted = {d: list(ks) for d, ks in expected.items()}
+    return [
+        judge
+        for judge, per_kind in block.items()
+        if not any(
+            per_kind.get(kind, {}).get(fig, {}).get("detected")
+            for fig, kinds in wanted.items()
+            for kind in kinds
+        )
+    ]
 
 
 def false_alarms(

@@ -39,6 +39,7 @@ __all__ = [
     "pair_codes",
     "paired_differences",
     "separated",
+    "verdict_minimum",
     "wilcoxon_greater",
 ]
 
@@ -120,6 +121,27 @@ def wilcoxon_greater(
         return 1.0
     z = (r_plus - mn) / np.sqrt(var / 24.0)
     return float(ndtr(-z))
+
+
+def verdict_minimum(alpha: float) -> int:
+    """The fewest questions on which a judge can separate the bounds at ``alpha``.
+
+    The smallest n whose best possible one-sided Wilcoxon signed-rank p (every
+    difference ``full - zero`` positive: the exact p is ``2**-n``) is below
+    ``alpha``, and never below :data:`MIN_NONZERO_PAIRS` (below that
+    :func:`wilcoxon_greater` says p = 1). With fewer questions no judge can
+    enter the headline (section 10), so no system gets a verdict.
+
+    >>> verdict_minimum(0.05), verdict_minimum(0.01), verdict_minimum(0.001)
+    (6, 7, 10)
+    >>> best = float(stats.wilcoxon([1.0] * 10, alternative="greater").pvalue)
+    >>> best == 2.0**-10 < 0.001 <= 2.0**-9
+    True
+    """
+    n = MIN_NONZERO_PAIRS
+    while 2.0**-n >= alpha:
+        n += 1
+    return n
 
 
 def separated(

@@ -154,9 +154,8 @@ def _aggregate(
     qual = _qualify(study, qualification)
     used = separated_judges
     if qual is not None and study.options.require_qualification:
-        used = {
-            s: [j for j in js if j not in qual.unqualified] for s, js in used.items()
-        }
+        out_of_it = qual.unqualified | qual.uncertified | qual.untested
+        used = {s: [j for j in js if j not in out_of_it] for s, js in used.items()}
     across = _figures.across_judges(figs, used)
     judges, normalized_flags = _assemble.judge_blocks(study, weights.frame, figs, tests)
     flags = [
@@ -187,7 +186,9 @@ def _aggregate(
         return out
     data = out.model_dump(mode="json")
     if qual is not None:  # CUBE_METHOD.md section 12
-        _assemble.finish_qualification(data, qual, separated_judges)
+        _assemble.finish_qualification(
+            data, qual, separated_judges, required=study.options.require_qualification
+        )
     _assemble.finish_failed_sets(study, data)
     _assemble.finish_without_own_model(study, data, own_model)
     return Summary.model_validate(data)

@@ -199,6 +199,7 @@ class RunConfig(StrictModel):
             *_weights_problems(self),
             *_dimension_weight_problems(self),
             *_judge_problems(self),
+            *_qualification_problems(self),
             *_file_problems(self),
         ]
         if problems:
@@ -491,6 +492,22 @@ def _judge_problems(config: RunConfig) -> list[str]:
                         f"dimensions[{i}]: {exc}"
                     )
     return problems
+
+
+def _qualification_problems(config: RunConfig) -> list[str]:
+    """``qualification.judges`` names judges of the run."""
+    qual = config.qualification
+    if qual is None or qual.judges is None:
+        return []
+    unknown = [j for j in qual.judges if j not in config.judges]
+    if not unknown:
+        return []
+    return [
+        f"qualification.judges lists {unknown}, which "
+        f"{'is not a judge' if len(unknown) == 1 else 'are not judges'} of this "
+        f"run (judges: {sorted(config.judges)}); list judges by their name under "
+        "judges:, or omit qualification.judges to qualify every judge"
+    ]
 
 
 def _file_problems(config: RunConfig) -> list[str]:

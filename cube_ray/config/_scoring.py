@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -215,6 +216,19 @@ class QualificationConfig(StrictModel):
     """Smallest mean drop ``score(original) - score(faulted)`` (points on the
     0-10 scale) for a fault to count as detected; with ``p < aggregate.alpha``
     (one-sided Wilcoxon signed-rank)."""
+    judges: list[str] | None = Field(default=None, min_length=1)
+    """The judges qualified (names of ``judges``); None: every judge. A judge
+    left out scores no faulted answer and holds no certificate, so with
+    ``aggregate.require_qualification`` it is left out of the headline. The
+    reference judge's qualification costs no engine call; an LLM judge's costs
+    ``2 x questions x kinds x dimensions`` calls (more under ``checklist``)."""
+    certify_on: Literal["weighted", "dimensions"] = "weighted"
+    """What a judge must detect to hold its certificate (CUBE_METHOD.md section
+    12): ``weighted``, every expected kind on the weighted total (the method's
+    rule); ``dimensions``, each dimension its own expected kinds
+    (``dimensions[].detects``), so a judge whose relevance catches a changed
+    number is certified although its completeness measure, which no number
+    can move, halves the drop on the weighted total."""
 
     @field_validator("kinds")
     @classmethod
@@ -224,6 +238,28 @@ class QualificationConfig(StrictModel):
             msg = f"qualification.kinds lists {dupes} more than once; list each once"
             raise ValueError(msg)
         return kinds
+
+    @field_validator("judges")
+    @classmethod
+    def _unique_judges(cls, judges: list[str] | None) -> list[str] | None:
+        if judges is None:
+            return None
+        dupes = sorted({j for j in judges if judges.count(j) > 1})
+        if dupes:
+            msg = f"qualification.judges lists {dupes} more than once; list each once"
+            raise ValueError(msg)
+        return judges
+
+    def qualified(self, judges: Sequence[str]) -> list[str]:
+        """The run's judges that are qualified, in the run's order.
+
+        >>> QualificationConfig(judges=["ref"]).qualified(["llm", "ref"])
+        ['ref']
+        >>> QualificationConfig().qualified(["llm", "ref"])
+        ['llm', 'ref']
+        """
+        chosen = set(judges if self.judges is None else self.judges)
+        return [j for j in judges if j in chosen]
 
 
 def default_dimensions() -> list[DimensionConfig]:

@@ -326,7 +326,7 @@ def _judge_fingerprints(config: RunConfig, engine: Any) -> dict[str, str]:
 
 
 def _qualification_specs(config: RunConfig) -> list[StageSpec]:
-    """The fault stage after the bounds, and one judge stage per judge after it.
+    """The fault stage after the bounds, and one judge stage per qualified judge.
 
     The judges score the faulted answers with the run's own prompt, rubrics and
     engine pools (CUBE_METHOD.md section 12); their rows resume like any other.
@@ -335,7 +335,10 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
     assert qual is not None
     # CONTROLS: the rows of a run written before controls are rebuilt.
     fault_fp = stable_hash(
-        json.dumps(qual.model_dump(mode="json", exclude={"min_drop"}), sort_keys=True),
+        json.dumps(
+            qual.model_dump(mode="json", exclude={"min_drop", "judges", "certify_on"}),
+            sort_keys=True,
+        ),
         CONTROLS,
     )
     pool = PoolConfig(min_size=1, max_size=1, num_cpus=0, batch_size=256)
@@ -358,7 +361,8 @@ def _qualification_specs(config: RunConfig) -> list[StageSpec]:
     ]
     dims = [d.name for d in config.dimensions]
     rubrics = config.rubrics()
-    for judge, engine in config.judges.items():
+    for judge in qual.qualified(list(config.judges)):
+        engine = config.judges[judge]
         specs.append(
             StageSpec(
                 f"{QUALIFICATION}:{judge}",

@@ -28,6 +28,7 @@ from cube_ray.pipeline.method import (
 )
 from cube_ray.pipeline.parts import part_files
 from cube_ray.qualification import FAULTED, KIND, control_kind, seeded_sample
+from cube_ray.sample import sampled_ids
 from cube_ray.stages import DOC_HASH
 from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE, SAMPLED
 
@@ -64,7 +65,9 @@ def qualification_sample(run_dir: Path, config: RunConfig) -> pa.Table:
 
     Generated questions take their document's id and are written wave by wave,
     so the sample is drawn from the documents (all staged before any stage):
-    every wave sees the same sample. A question file is staged whole.
+    every wave sees the same sample. A question file is staged whole. A run
+    with ``sample:`` qualifies on its sampled documents only (the others have
+    no question and no full-bound answer to fault).
     """
     qual = config.qualification
     assert qual is not None
@@ -80,6 +83,10 @@ def qualification_sample(run_dir: Path, config: RunConfig) -> pa.Table:
     else:
         doc_ids = _read(run_dir, DOCUMENTS, [schema.DOC_ID]).column(schema.DOC_ID)
         pairs = [(d, d) for d in doc_ids.to_pylist()]
+    sampled = sampled_ids(run_dir) if config.sample is not None else None
+    if sampled is not None:  # only the sampled documents have answers (section 11)
+        keep = set(sampled.get_column("doc_id").to_list())
+        pairs = [(q, d) for q, d in pairs if d in keep]
     chosen = set(seeded_sample(pairs, size=qual.questions, seed=qual.seed))
     rows = [(q, d) for q, d in pairs if q in chosen]
     return pa.table(
@@ -222,4 +229,6 @@ def qualification_input(run_dir: Path, config: RunConfig) -> QualificationInput 
         scores=score_frame,
         expected={d.name: d.expected_faults() for d in config.dimensions},
         min_drop=qual.min_drop,
+        judges=None if qual.judges is None else tuple(qual.judges),
+        certify_on=qual.certify_on,
     )

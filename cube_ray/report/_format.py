@@ -6,7 +6,11 @@ from collections.abc import Sequence
 
 from cube_ray.aggregate import (
     BOUNDS_NOT_SEPARATED,
+    NO_CERTIFICATE,
+    NO_CERTIFIED_JUDGE,
+    UNQUALIFIED_JUDGE,
     FigureInterval,
+    Qualification,
     Reason,
     incomplete_reasons,
 )
@@ -14,9 +18,14 @@ from cube_ray.report._data import RunData, num
 from cube_ray.report._words import plural
 
 __all__ = [
+    "CAUGHT_WORDS",
     "NO_VERDICT",
+    "caught_kinds",
+    "certificate_text",
+    "deterministic_jury_line",
     "fmt",
     "interval_text",
+    "jury_names",
     "jury_sentence",
     "left_out",
     "plain_list",
@@ -25,6 +34,87 @@ __all__ = [
 
 NO_VERDICT = "no verdict"
 """What the headline shows instead of a number when no judge separates the bounds."""
+
+
+CAUGHT_WORDS = {
+    "number": "changed numbers",
+    "entity": "swapped names",
+    "negation": "flipped permissions",
+    "omission": "cut answers",
+    "unsupported": "added claims",
+}
+"""Each fault kind (CUBE_METHOD.md section 12) in a few words, in the order of
+``cube_ray.qualification.KINDS``."""
+_CERTIFICATE_CODES = frozenset({NO_CERTIFICATE, UNQUALIFIED_JUDGE})
+
+
+def caught_kinds(block: dict[str, dict[str, Qualification]] | None) -> list[str]:
+    """The fault kinds a judge was shown to catch (its certificate).
+
+    Detected net of the control on some dimension or on the weighted total.
+
+    >>> hit = Qualification(n=8, skipped=0, drop=2.0, p_value=0.01, detected=True)
+    >>> miss = Qualification(n=8, skipped=0, drop=0.1, p_value=0.4, detected=False)
+    >>> caught_kinds({"negation": {"relevance": miss},
+    ...               "number": {"relevance": hit, "weighted": miss}})
+    ['number']
+    """
+    order = list(CAUGHT_WORDS)
+    found = [
+        kind
+        for kind, tests in (block or {}).items()
+        if any(t.detected for t in tests.values())
+    ]
+    return sorted(found, key=lambda k: order.index(k) if k in order else len(order))
+
+
+def certificate_text(run: RunData, judge: str) -> str | None:
+    """``certified here: changed numbers, ...``: what a judge's certificate shows.
+
+    None without qualification, or for a judge that holds no certificate.
+    """
+    figures = run.judge(judge)
+    if not figures.certified:
+        return None
+    kinds = caught_kinds(figures.qualification)
+    words = ", ".join(CAUGHT_WORDS.get(k, k) for k in kinds)
+    return f"certified here: {words or 'no fault kind tested'}"
+
+
+def jury_names(run: RunData, judges: Sequence[str]) -> str:
+    """The judges, each with what its certificate shows on this run.
+
+    ``reference (certified here: changed numbers, swapped names)``; a judge
+    without qualification is named alone.
+    """
+    out = []
+    for judge in judges:
+        cert = certificate_text(run, judge)
+        out.append(judge if cert is None else f"{judge} ({cert})")
+    return ", ".join(out)
+
+
+def deterministic_jury_line(run: RunData) -> str | None:
+    """The console's line when no LLM judge holds a certificate on this run.
+
+    The headline is then a deterministic jury's (or none), said plainly.
+    None when the run has no qualification or an LLM judge is certified.
+    """
+    qualified = [j for j in run.judges if run.judge(j).certified is not None]
+    if not qualified:
+        return None
+    llm = [j for j in run.judges if run.judge_kind(j) == "LLM"]
+    if not llm or any(run.judge(j).certified for j in llm):
+        return None
+    certified = [j for j in run.judges if run.judge(j).certified]
+    jury = (
+        f"the headline's jury is deterministic ({', '.join(certified)}, no LLM)"
+        if certified
+        else "no judge holds a certificate"
+    )
+    return (
+        f"jury: no LLM judge holds a certificate on this run ({', '.join(llm)}); {jury}"
+    )
 
 
 def fmt(value: object, digits: int = 1) -> str:
@@ -122,7 +212,14 @@ def jury_sentence(run: RunData, system: str) -> str:
             "name the setting, e.g. the engine's timeout_s) and rerun with "
             "cube-ray run … --retry-failed."
         )
-    if verdict is not None:
+    if verdict is not None and verdict.code == NO_CERTIFIED_JUDGE:
+        text = (
+            f"{system}: {NO_VERDICT} — {verdict.text}. The judges that tell a "
+            "grounded answer from no answer were not shown, on this run's "
+            "controlled faults, to notice a wrong fact (CUBE_METHOD.md §12), and "
+            "aggregate.require_qualification keeps such judges out of the headline."
+        )
+    elif verdict is not None:
         text = (
             f"{system}: {NO_VERDICT} — {verdict.text}. None of the judges scored "
             "answers written from the gold document clearly above answers written "
@@ -130,14 +227,29 @@ def jury_sentence(run: RunData, system: str) -> str:
             "document) has no meaning for this jury and no CuBE is shown."
         )
     else:
+        named = [jury_names(run, [j]) for j in used]
         text = (
             f"{system}: the headline averages {plural(len(used), 'judge')}: "
-            f"{plain_list(used)}."
+            f"{plain_list(named)}."
         )
-        if left:
+        for_certificate = [
+            r is not None and r.code in _CERTIFICATE_CODES for _, r, _ in left
+        ]
+        if left and all(for_certificate):
+            text += (
+                " Left out because the headline keeps only judges shown, on this "
+                "run's controlled faults, to notice a wrong fact "
+                "(aggregate.require_qualification):"
+            )
+        elif left:
             text += (
                 " Left out because a judge that cannot tell a grounded answer from "
-                "no answer cannot place the system between the two:"
+                "no answer cannot place the system between the two"
+                + (
+                    ", or holds no certificate (aggregate.require_qualification):"
+                    if any(for_certificate)
+                    else ":"
+                )
             )
     for judge, _, why in left:
         text += f" {judge}: {why}."

@@ -10,8 +10,10 @@ from cube_ray.report._calibrated import calibrated_lines
 from cube_ray.report._data import CUBE, RunData, num
 from cube_ray.report._format import (
     NO_VERDICT,
+    deterministic_jury_line,
     fmt,
     interval_text,
+    jury_names,
     jury_sentence,
     left_out,
     short_reason,
@@ -80,7 +82,7 @@ def console_lines(run: RunData) -> list[str]:
         else:
             mean, sd = run.figure(system, CUBE)
             used = run.headline_judges(system)
-            jury = f"{len(used)} of {len(run.judges)} judges: {', '.join(used)}"
+            jury = f"{len(used)} of {len(run.judges)} judges: {jury_names(run, used)}"
             iv = run.intervals
             cell = iv.systems.get(system) if iv is not None else None
             ci = (
@@ -104,6 +106,9 @@ def console_lines(run: RunData) -> list[str]:
         failed = system in incomplete_reasons(run.summary)
         for judge, reason, why in [] if failed else left_out(run, system):
             lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
+    deterministic = deterministic_jury_line(run)  # CUBE_METHOD.md section 12
+    if deterministic is not None:
+        lines.append(deterministic)
     lines.extend(compared_lines(run))  # one per pair of systems (issue 28)
     lines.extend(calibrated_lines(run.summary))  # with a human audit (--human)
     sample = _sample_text(run)

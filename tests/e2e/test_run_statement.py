@@ -2,8 +2,9 @@
 size comes from ``--sample-size`` or ``--fit-minutes``.
 
 One real run with a tiny vLLM engine (generator and judge, one pool) and
-``--fit-minutes`` set between the estimates of two and three documents: it
-runs two. The dry runs check the flags without an engine.
+``--fit-minutes`` set between the estimates of six and seven documents: it
+runs six, the fewest that can give a verdict (CUBE_METHOD.md section 10). The
+dry runs check the flags without an engine.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from cube_ray.run_statement import cpu_info, estimate_run, with_sample_size
 from tests.conftest import TINY_ENGINE_ENV
 from tests.pipeline_helpers import fake_config, make_corpus, make_qa_file, read_all
 
-N_DOCS = 6
+N_DOCS = 8
 
 
 def _config(tmp_path: Path, model: Path | None = None) -> Path:
@@ -92,8 +93,8 @@ def test_fit_minutes_runs_the_sample_that_fits(
         assert found is not None
         return found[0].total_s / 60
 
-    budget = (minutes(2) + minutes(3)) / 2
-    assert minutes(2) < budget < minutes(3)
+    budget = (minutes(6) + minutes(7)) / 2
+    assert minutes(6) < budget < minutes(7)
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [
@@ -118,13 +119,15 @@ def test_fit_minutes_runs_the_sample_that_fits(
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = proc.stderr.splitlines()
     assert any(
-        f": sample size 2 of {N_DOCS} (≈ " in x and "3 would take" in x for x in lines
+        f": sample size 6 of {N_DOCS} (≈ " in x and "7 would take" in x for x in lines
     ), proc.stderr
     work = next(i for i, x in enumerate(lines) if x.startswith("cube-ray: work: "))
-    assert lines[work].startswith("cube-ray: work: 2 questions (a sample of 2 ")
+    assert lines[work].startswith("cube-ray: work: 6 questions (a sample of 6 ")
     assert lines[work + 1].startswith("cube-ray: time on this CPU (")
-    assert any(x.startswith("cube-ray: shorter: `cube-ray run ") for x in lines)
+    # Six questions are the fewest with a verdict: no shorter run suggested.
+    shorter = "cube-ray: shorter: not with a verdict: fewer than 6 questions"
+    assert any(x.startswith(shorter) for x in lines), proc.stderr
     # Said before any engine started (engine start-up lines come after).
     starts = [i for i, x in enumerate(lines) if x.startswith("cube-ray: engine ")]
     assert all(i > work for i in starts)
-    assert read_all(run_dir / "questions").height == 2
+    assert read_all(run_dir / "questions").height == 6
