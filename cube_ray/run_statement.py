@@ -342,6 +342,8 @@ def fit_sample(
     def seconds(step: int, size: int) -> float:
         sized = with_sample_size(configs[step], size)
         found = estimate_run(sized, plan_run(sized, limit=limit), cpu)
+        if found is None and step:
+            return 0.0  # the step left no work on a local CPU engine
         if found is None:
             msg = (
                 f"--fit-minutes {minutes:g}: the run's engines are not local CPU "
@@ -358,11 +360,14 @@ def fit_sample(
     )
     size = fit.size
     took = seconds(fit.step, size)
-    note = f"--fit-minutes {minutes:g}: sample size {size} of {high} (≈ "
-    note += f"{format_minutes(took)} on this CPU"
+    note = f"--fit-minutes {minutes:g}: sample size {size} of {high} ("
+    if took == 0:  # the ladder left no stage on a local CPU engine
+        note += "no work left on a local CPU engine to estimate"
+    else:
+        note += f"≈ {format_minutes(took)} on this CPU"
     if not fit.fits:
         note += f"; even that is over {minutes:g} min"
-    elif size < high:
+    elif size < high and took:
         later = format_minutes(seconds(fit.step, size + 1))
         note += f"; {size + 1} would take ≈ {later}"
     note += ")"
