@@ -37,8 +37,10 @@ typecheck: $(STAMP)
 
 # The demo's size: by default the largest sample of conf/demo.yaml's 12 whose
 # estimated time on this CPU fits DEMO_MINUTES (all 12 on a CPU with native
-# bfloat16; fewer on an AVX2-only one, which computes in float32). DEMO_SIZE=N
-# asks N questions whatever it takes: `make demo DEMO_SIZE=12` is the full demo.
+# bfloat16; fewer on an AVX2-only one, which computes in float32), never fewer
+# than the 6 a verdict needs (the uncertified LLM judge is dropped first).
+# DEMO_SIZE=N asks N questions whatever it takes: `make demo DEMO_SIZE=12` is
+# the full demo.
 DEMO_MINUTES ?= 10
 DEMO_SIZE ?=
 DEMO_ARGS = $(if $(DEMO_SIZE),--sample-size $(DEMO_SIZE),--fit-minutes $(DEMO_MINUTES))
