@@ -73,7 +73,9 @@ def register(subparsers: Any) -> None:
         metavar="M",
         help=(
             "the largest sample (up to sample.size) whose estimated time on this "
-            "CPU fits M minutes"
+            "CPU fits M minutes, never fewer questions than a verdict needs (6 at "
+            "aggregate.alpha 0.05): below that it drops the LLM judges that cannot "
+            "enter the headline instead, and says so"
         ),
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
