@@ -95,6 +95,7 @@ def test_demo_estimate_follows_the_cpu_and_the_sample(tmp_path: Path) -> None:
         "answers:zero",
         "answers:full",
         "answers:rag",
+        "answers:rag@k1",
         "scores:qwen",
     ]
     assert est.convert_s == 0  # converted already
@@ -123,27 +124,31 @@ def test_unconverted_model_adds_the_conversion_once(tmp_path: Path) -> None:
 def test_fit_minutes_chooses_the_largest_sample_that_fits(tmp_path: Path) -> None:
     config = _demo(tmp_path)
     between = (
-        _total(with_sample_size(config, 4), AVX2)
-        + _total(with_sample_size(config, 5), AVX2)
+        _total(with_sample_size(config, 7), AVX2)
+        + _total(with_sample_size(config, 8), AVX2)
     ) / 2
     sized, note = fit_sample(config, minutes=between / 60, limit=None, cpu=AVX2)
     assert sized.sample is not None
     assert config.sample is not None
-    assert sized.sample.size == 4
+    assert sized.sample.size == 7
     assert sized.sample.strata == config.sample.strata == ["AREA_CODE_TEXT"]
-    assert "sample size 4 of 12" in note
-    assert "5 would take" in note
+    assert list(sized.judges) == ["qwen", "reference"]  # nothing dropped
+    assert "sample size 7 of 12" in note
+    assert "8 would take" in note
     assert note.endswith("; all 12: --sample-size 12")
     # Time enough: the config's own size, never more.
     sized, note = fit_sample(config, minutes=10_000, limit=None, cpu=AVX2)
     assert sized.sample is not None
     assert sized.sample.size == 12
     assert "sample size 12 of 12" in note
-    # Not even one document fits: one, and it says so.
+    # Not even the 6 questions a verdict needs fit: 6, without the LLM judge
+    # (not qualified, so never in the headline), and it says so.
     sized, note = fit_sample(config, minutes=0.1, limit=None, cpu=AVX2)
     assert sized.sample is not None
-    assert sized.sample.size == 1
+    assert sized.sample.size == 6
+    assert list(sized.judges) == ["reference"]
     assert "even that is over 0.1 min" in note
+    assert "dropped: qwen left out of the run" in note
 
 
 def test_statement_says_work_time_and_how_to_shorten(tmp_path: Path) -> None:
@@ -152,7 +157,7 @@ def test_statement_says_work_time_and_how_to_shorten(tmp_path: Path) -> None:
     text = "\n".join(statement.lines)
     assert statement.estimate_s == pytest.approx(_total(config, AVX2))
     assert text.startswith("work: 12 questions (a sample of 12 documents; strata: ")
-    assert "192 engine calls" in text
+    assert "492 engine calls" in text  # 156 LLM calls, 336 of the reference judge
     assert (
         "time on this CPU (test CPU, 2 cores, no native bfloat16; the engine "
         "computes in float32): ≈ "
