@@ -106,12 +106,18 @@ def deterministic_jury_line(run: RunData) -> str | None:
     llm = [j for j in run.judges if run.judge_kind(j) == "LLM"]
     if not llm or any(run.judge(j).certified for j in llm):
         return None
-    certified = [j for j in run.judges if run.judge(j).certified]
-    jury = (
-        f"the headline's jury is deterministic ({', '.join(certified)}, no LLM)"
-        if certified
-        else "no judge holds a certificate"
-    )
+    used = {j for system in run.systems for j in run.headline_judges(system)}
+    headline = [j for j in run.judges if j in used]
+    uncertified = [j for j in headline if j in llm]
+    if uncertified:  # aggregate.require_qualification is off
+        jury = (
+            f"the headline still averages {', '.join(uncertified)} "
+            "(aggregate.require_qualification is off)"
+        )
+    elif headline:
+        jury = f"the headline's jury is deterministic ({', '.join(headline)}, no LLM)"
+    else:
+        jury = "no judge enters the headline"
     return (
         f"jury: no LLM judge holds a certificate on this run ({', '.join(llm)}); {jury}"
     )

@@ -197,6 +197,17 @@ def test_the_result_line_names_the_certified_judges_and_what_they_caught() -> No
     assert any(x.strip().startswith("left out: other: not qualified") for x in lines)
     sentence = jury_sentence(run, "rag")
     assert "sees (certified here: changed numbers)" in sentence
+    # Without require_qualification the uncertified LLM judges stay in the
+    # headline, and the line says so instead of calling the jury deterministic.
+    kept = RunData(
+        run_dir=Path("run"),
+        summary=_summary(qualified=("sees",), require=False),
+        manifest=_manifest(backends),
+    )
+    assert (
+        "jury: no LLM judge holds a certificate on this run (flat, other); the "
+        "headline still averages flat, other (aggregate.require_qualification is off)"
+    ) in console_lines(kept)
     # An LLM judge with a certificate: no such line.
     run = RunData(
         run_dir=Path("run"),
