@@ -17,6 +17,7 @@ from typing import Any
 
 from cube_ray.config import EnvUse, RunConfig
 from cube_ray.corpus import iter_document_batches, with_prompt_language
+from cube_ray.engines.config import engine_price
 from cube_ray.env import url_host as _host
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
@@ -82,7 +83,8 @@ class PlanRow:
     """Estimated completion tokens (questions ~30, answers ~min(max_tokens,
     256), a judge's score ~1 per call)."""
     price: tuple[float, float] | None = None
-    """The engine's ``price_per_mtok`` (prompt, completion), if set."""
+    """The engine's ``price_per_mtok`` (prompt, completion), if set; the batch
+    price for an engine with ``batch: true``."""
     protocols: tuple[tuple[str, JudgeCost], ...] = ()
     """An LLM judge of the answers: what each protocol would cost it (section
     14), the configured one first."""
@@ -99,8 +101,8 @@ def _tpl_tokens(name: str) -> int:
 
 
 def _price(cfg: object) -> tuple[float, float] | None:
-    price = getattr(cfg, "price_per_mtok", None)
-    return None if price is None else (price.prompt, price.completion)
+    # The batch price for an engine with ``batch: true``.
+    return engine_price(cfg)
 
 
 def engine_label(cfg: object) -> str:
