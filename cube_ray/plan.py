@@ -108,15 +108,21 @@ def _price(cfg: object) -> tuple[float, float] | None:
 def engine_label(cfg: object) -> str:
     """An engine's name in the plan's rows: ``backend:model`` (or the backend).
 
+    An engine that sends through a Batch API (priced at its batch price) says
+    so.
+
     >>> from types import SimpleNamespace as NS
     >>> engine_label(NS(backend="vllm", model="Qwen/Qwen2.5-7B"))
     'vllm:Qwen/Qwen2.5-7B'
     >>> engine_label(NS(backend="reference"))
     'reference'
+    >>> engine_label(NS(backend="openai_http", model="gpt", batch=True))
+    'openai_http:gpt (batch)'
     """
     backend = getattr(cfg, "backend", "?")
     model = getattr(cfg, "model", None) or getattr(cfg, "served_name", None)
-    return f"{backend}:{model}" if model else str(backend)
+    label = f"{backend}:{model}" if model else str(backend)
+    return f"{label} (batch)" if getattr(cfg, "batch", False) else label
 
 
 def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:

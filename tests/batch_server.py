@@ -55,12 +55,15 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     A request of at most 16 ``max_tokens`` is a score: ``hash % 11``, with
     top logprobs over it and the next score when ``logprobs`` is asked (so
     ``expected`` scores are not integers). Otherwise a short text. A prompt
-    holding ``[[fail]]`` gets a 400.
+    holding ``[[fail]]`` gets a 400. The reply depends on the prompt less
+    its nonce (16 hex digits), so two run configs get the same replies.
     """
     prompt = prompt_of(body)
     if "[[fail]]" in prompt:
         return 400, {"error": {"code": "invalid_prompt", "message": "no"}}
-    h = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
+    # Not the run's prompt-tag nonce: runs of two configs get the same replies.
+    plain = re.sub(r"[0-9a-f]{16}", "", prompt)
+    h = int(hashlib.sha256(plain.encode()).hexdigest(), 16)
     choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
     if int(body.get("max_tokens") or 512) <= 16:
         score = h % 11
@@ -101,6 +104,9 @@ class BatchState:
     hold: threading.Event = field(default_factory=threading.Event)
     """Clear: batches stay ``in_progress`` (``serve(held=True)``)."""
     answer: Answer = answer
+    provider: Callable[[bytes], bytes] | None = None
+    """Turns an input file into the output file (vLLM's ``run_batch``), in a
+    thread; the batch is ``in_progress`` until it returns. None: :attr:`answer`."""
     fail_create: int = 0
     """``POST /batches`` answers 500 this many times first."""
     models: tuple[str, ...] = ("judge", "gen")
@@ -115,11 +121,37 @@ class BatchState:
         status = batch["status"]
         if status == "validating":
             batch["status"] = "in_progress"
+        elif status == "in_progress" and self.provider is not None:
+            self._provide(batch)
         elif status == "in_progress" and self.hold.is_set():
             self._finish(batch)
         total = batch["request_counts"]["total"]
         if batch["status"] == "in_progress":
             batch["request_counts"]["completed"] = total // 2
+
+    def _provide(self, batch: dict[str, Any]) -> None:
+        """Run :attr:`provider` over the input file; finish when it returns."""
+        job = batch.setdefault("_job", {})
+        if "thread" not in job:
+            data = self.files[batch["input_file_id"]]
+            provider = self.provider
+            assert provider is not None
+
+            def run() -> None:
+                job["out"] = provider(data)
+
+            job["thread"] = threading.Thread(target=run, daemon=True)
+            job["thread"].start()
+        elif not job["thread"].is_alive():
+            out = job.get("out")
+            if out is None:
+                batch["status"] = "failed"
+                return
+            file_id = f"file-{len(self.files) + 1}"
+            self.files[file_id] = out
+            batch["output_file_id"] = file_id
+            batch["request_counts"]["completed"] = len(out.splitlines())
+            batch["status"] = "completed"
 
     def _finish(self, batch: dict[str, Any]) -> None:
         lines = [json.loads(x) for x in self.files[batch["input_file_id"]].splitlines()]
@@ -185,14 +217,18 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/models":
                 self._send(200, {"data": [{"id": m} for m in state.models]})
             elif path == "/batches":
-                self._send(200, {"data": list(state.batches.values())})
+                listed = [
+                    {k: v for k, v in b.items() if k != "_job"}
+                    for b in state.batches.values()
+                ]
+                self._send(200, {"data": listed})
             elif path.startswith("/batches/"):
                 batch = state.batches.get(path.removeprefix("/batches/"))
                 if batch is None:
                     self._send(404, {"error": {"message": "no such batch"}})
                     return
                 state.step(batch)
-                self._send(200, batch)
+                self._send(200, {k: v for k, v in batch.items() if k != "_job"})
             elif path.startswith("/files/") and path.endswith("/content"):
                 data = state.files.get(path.split("/")[2])
                 if data is None:

@@ -36,12 +36,21 @@ if TYPE_CHECKING:
 
     from cube_ray.pipeline.method import StageSpec
 
-__all__ = ["batch_configs", "run_on_driver"]
+__all__ = ["batch_configs", "run_on_driver", "stage_ledger"]
 
 
 def batch_configs(spec: StageSpec) -> list[Any]:
     """The stage's engines that send through a Batch API (``batch: true``)."""
     return [e for e in spec.engines if getattr(e, "batch", False)]
+
+
+def stage_ledger(
+    run_dir: Path, label: str, *, say: Callable[[str], None]
+) -> BatchLedger:
+    """The batch records of one stage (``RUN_DIR/batches``); lines name it."""
+    return BatchLedger(
+        Path(run_dir) / BATCHES_DIR, stage=label, say=lambda t: say(f"{label}: {t}")
+    )
 
 
 def run_on_driver(
@@ -72,11 +81,7 @@ def run_on_driver(
 
     refs = todo.to_arrow_refs()
     tables = [t for t in ray.get(refs) if t.num_rows]
-    ledger = BatchLedger(
-        run_dir / BATCHES_DIR,
-        stage=spec.label,
-        say=lambda text: say(f"{spec.label}: {text}"),
-    )
+    ledger = stage_ledger(run_dir, spec.label, say=say)
     if not tables:  # nothing to do: nothing to write either
         return todo, ledger
     table = pa.concat_tables(tables, promote_options="default")

@@ -18,7 +18,7 @@ from cube_ray.console import console
 from cube_ray.credentials import secret_names
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline import faults
-from cube_ray.pipeline.batch_stage import batch_configs, run_on_driver
+from cube_ray.pipeline.batch_stage import batch_configs, run_on_driver, stage_ledger
 from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
 from cube_ray.pipeline.outcomes import failure_warning, outcome_counts
 from cube_ray.pipeline.parts import (
@@ -87,6 +87,14 @@ def _doer(spec: StageSpec) -> str:
     if path.startswith("judges."):
         return f"judge {path.removeprefix('judges.')}"
     return str(path)
+
+
+def _say_batch(text: str) -> None:
+    """A Batch API progress line, shown with or without progress.
+
+    A wait may last hours, and a batch left running must be named.
+    """
+    print(f"cube-ray: {text}", file=console(), flush=True)
 
 
 class StageRunner:
@@ -296,6 +304,8 @@ class StageRunner:
             if first_attempt:
                 stats.skipped = expected - n_todo
             if n_todo == 0:
+                if batch_configs(spec):  # killed after the write: read already
+                    stage_ledger(state.run_dir, label, say=_say_batch).settle()
                 if was_pending:
                     compaction.compact_retrying(spec.table, label, inputs, expected)
                     pending.unlink(missing_ok=True)
@@ -390,18 +400,13 @@ class StageRunner:
         """A stage with a Batch API engine, on the driver (``batch_stage``)."""
         others = [e for e in spec.engines if not getattr(e, "batch", False)]
         shared = self._engines.factory(others, stage=spec.label) if others else None
-        state = self._state
-
-        def say(text: str) -> None:  # progress of a wait that may last hours
-            print(f"cube-ray: {text}", file=console(), flush=True)
-
         return run_on_driver(
             spec,
             todo,
             kwargs=self._stage_kwargs(spec),
             shared=shared,
-            run_dir=Path(state.run_dir),
-            say=say,
+            run_dir=self._state.run_dir,
+            say=_say_batch,
         )
 
     def _map(self, spec: StageSpec, todo: Dataset) -> Dataset:

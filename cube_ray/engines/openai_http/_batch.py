@@ -141,14 +141,21 @@ class BatchLedger:
             self._used.append(path)
 
     def settle(self) -> None:
-        """Move this stage run's records to ``done/``: their rows are written."""
+        """Move the stage's records to ``done/``: its rows are written.
+
+        Every record of the stage, also those of an earlier run whose rows
+        are written (a kill after the write, before this) or whose file no
+        rerun builds again (other rows to do).
+        """
         done = self.folder / "done"
-        for path in self._used:
-            if path.exists():
-                done.mkdir(parents=True, exist_ok=True)
-                record = self.get_path(path)
-                bid = _safe(str((record or {}).get("batch_id") or "none"))
-                path.replace(done / f"{path.stem}-{bid}.json")
+        paths = sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
+        for path in paths:
+            record = self.get_path(path)
+            if record is None or record.get("stage") != self.stage:
+                continue
+            done.mkdir(parents=True, exist_ok=True)
+            bid = _safe(str(record.get("batch_id") or "none"))
+            path.replace(done / f"{path.stem}-{bid}.json")
         self._used.clear()
 
     @staticmethod
