@@ -221,6 +221,8 @@ def test_a_batch_engine_off_the_driver_refuses_to_send(tmp_path: Path) -> None:
         engine = build_engine(
             OpenAIHttpEngineConfig(base_url=url, model="judge", batch=True)
         )
-        with pytest.raises(EngineError, match="batch: true, so its stages run on"):
+        with pytest.raises(
+            EngineError, match="its requests go through the Batch API of"
+        ):
             engine.score(PROMPTS, mode="argmax")
     assert sum(state.calls.values()) == 0

@@ -288,8 +288,10 @@ class OpenAIHttpEngine:
         """
         if self._batches is None:
             msg = (
-                f"engine {self.name!r} has batch: true, so its stages run on the "
-                "driver (cube_ray.pipeline.batch_stage); it was built elsewhere"
+                f"engine {self.name!r} has batch: true: its requests go through "
+                "the Batch API of a `cube-ray run` stage, whose stages run on the "
+                "driver (cube_ray.pipeline.batch_stage); set batch: false for a "
+                "direct use (`cube-ray judges check`, `engines check`)"
             )
             raise EngineError(msg)
         cfg = self.config
