@@ -227,3 +227,42 @@ def test_a_killed_run_reattaches_and_submits_nothing_twice(tmp_path: Path) -> No
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["status"] == "complete"
     assert manifest["batches"] == {}
+
+
+def test_retry_failed_resubmits_only_the_expired_rows(tmp_path: Path) -> None:
+    """An expired batch: its unanswered rows are ``batch_expired``, counted on
+    the console; ``--retry-failed`` sends exactly those rows again."""
+    corpus, ids = make_corpus(tmp_path, N_DOCS)
+    path = fake_config(tmp_path, corpus, make_qa_file(tmp_path, ids), judges=1)
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    with serve(BatchState(outcome="expired")) as (url, state):
+        cfg["judges"] = {
+            "api": {
+                "backend": "openai_http",
+                "base_url": url,
+                "model": "judge",
+                "api_key_env": KEY_ENV,
+                "max_retries": 0,
+                "batch": True,
+                "batch_api": {"poll_s": 0.2, "poll_max_s": 0.5},
+            }
+        }
+        path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+        run = tmp_path / "run"
+        first = _cube_ray("run", path, "--out", run, "--no-report")
+        assert first.returncode == 0, first.stderr[-4000:]
+        scores = pl.read_parquet(run / "scores" / "*.parquet")
+        expired = scores.filter(pl.col("status") == "batch_expired").height
+        assert expired == scores.height - scores.height // 2 > 0
+        assert f"({scores.height // 2} ok, {expired} batch_expired)" in first.stderr
+        assert "--retry-failed" in first.stderr  # the warning names the rerun
+
+        state.outcome = "completed"
+        again = _cube_ray("run", path, "--out", run, "--no-report", "--retry-failed")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert state.calls["POST /batches"] == 2
+    retried = state.files[state.batches["batch_2"]["input_file_id"]].splitlines()
+    assert len(retried) == expired  # only the expired rows, each once
+    scores = pl.read_parquet(run / "scores" / "*.parquet")
+    assert set(scores["status"].to_list()) == {"ok"}
+    assert sum(state.calls.get(d, 0) for d in DIRECT) == 0
