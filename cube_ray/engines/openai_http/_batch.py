@@ -117,7 +117,6 @@ class BatchLedger:
         self.folder = Path(folder)
         self.stage = stage
         self.say = say
-        self._used: list[Path] = []
 
     def path(self, digest: str) -> Path:
         """The record of the input file with this digest."""
@@ -137,8 +136,6 @@ class BatchLedger:
         path = self.path(digest)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(record, ensure_ascii=False, indent=1) + "\n")
-        if path not in self._used:
-            self._used.append(path)
 
     def settle(self) -> None:
         """Move the stage's records to ``done/``: its rows are written.
@@ -156,7 +153,6 @@ class BatchLedger:
             done.mkdir(parents=True, exist_ok=True)
             bid = _safe(str(record.get("batch_id") or "none"))
             path.replace(done / f"{path.stem}-{bid}.json")
-        self._used.clear()
 
     @staticmethod
     def get_path(path: Path) -> dict[str, Any] | None:
@@ -445,7 +441,6 @@ class BatchRunner:
         ledger, client = self.ledger, self.client
         record = ledger.get(digest)
         if record is not None and record.get("batch_id"):
-            ledger.put(digest, record)  # used by this stage run: settled with it
             ledger.say(
                 f"re-attaching to batch {record['batch_id']} ({len(chunk)} "
                 "requests, submitted by an earlier run; not submitted again)"
