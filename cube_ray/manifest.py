@@ -119,6 +119,10 @@ class Manifest(_Record):
     summary: str | None = None
     report_error: str | None = None
     engines: dict[str, EngineRecord] = Field(default_factory=dict)
+    batches: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Batch API batches submitted and not yet read into the tables (still
+    running when the run stopped): batch id -> stage, engine, status, counts.
+    Rerunning the same command re-attaches to them."""
     wall_s: float | None = None
 
     @classmethod

@@ -17,6 +17,7 @@ from typing import Any
 
 from cube_ray.config import EnvUse, RunConfig
 from cube_ray.corpus import iter_document_batches, with_prompt_language
+from cube_ray.engines.config import engine_price
 from cube_ray.env import url_host as _host
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
@@ -82,7 +83,8 @@ class PlanRow:
     """Estimated completion tokens (questions ~30, answers ~min(max_tokens,
     256), a judge's score ~1 per call)."""
     price: tuple[float, float] | None = None
-    """The engine's ``price_per_mtok`` (prompt, completion), if set."""
+    """The engine's ``price_per_mtok`` (prompt, completion), if set; the batch
+    price for an engine with ``batch: true``."""
     protocols: tuple[tuple[str, JudgeCost], ...] = ()
     """An LLM judge of the answers: what each protocol would cost it (section
     14), the configured one first."""
@@ -99,22 +101,28 @@ def _tpl_tokens(name: str) -> int:
 
 
 def _price(cfg: object) -> tuple[float, float] | None:
-    price = getattr(cfg, "price_per_mtok", None)
-    return None if price is None else (price.prompt, price.completion)
+    # The batch price for an engine with ``batch: true``.
+    return engine_price(cfg)
 
 
 def engine_label(cfg: object) -> str:
     """An engine's name in the plan's rows: ``backend:model`` (or the backend).
+
+    An engine that sends through a Batch API (priced at its batch price) says
+    so.
 
     >>> from types import SimpleNamespace as NS
     >>> engine_label(NS(backend="vllm", model="Qwen/Qwen2.5-7B"))
     'vllm:Qwen/Qwen2.5-7B'
     >>> engine_label(NS(backend="reference"))
     'reference'
+    >>> engine_label(NS(backend="openai_http", model="gpt", batch=True))
+    'openai_http:gpt (batch)'
     """
     backend = getattr(cfg, "backend", "?")
     model = getattr(cfg, "model", None) or getattr(cfg, "served_name", None)
-    return f"{backend}:{model}" if model else str(backend)
+    label = f"{backend}:{model}" if model else str(backend)
+    return f"{label} (batch)" if getattr(cfg, "batch", False) else label
 
 
 def plan_run(config: RunConfig, *, limit: int | None = None) -> list[PlanRow]:

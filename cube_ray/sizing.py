@@ -261,7 +261,7 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     Tokens come from the tables (rows of the current sample), speed from the
     last invocation's engine busy seconds over the tokens it wrote.
     """
-    from cube_ray.engines.config import PriceConfig
+    from cube_ray.engines.config import engine_price
     from cube_ray.pipeline.engine_pool import engine_id
     from cube_ray.sample import load_strata
     from cube_ray.tables import read_answers, read_scores
@@ -305,7 +305,6 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
         done = sum(written[s].tokens for s in served if s in written)
         if busy is not None and done > 0:
             speed = busy / done
-        price = getattr(engine, "price_per_mtok", None)
         out.append(
             EngineUse(
                 stage=stage,
@@ -314,9 +313,7 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
                 completion_per_q=completion / n_q,
                 seconds_per_token=speed,
                 num_gpus=float(engine.pool.num_gpus) if engine is not None else 0.0,
-                price=(price.prompt, price.completion)
-                if isinstance(price, PriceConfig)
-                else None,
+                price=engine_price(engine),
             )
         )
     return out

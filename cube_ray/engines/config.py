@@ -20,6 +20,7 @@ from cube_ray.protocols import Baseline, JudgeProtocol
 
 __all__ = [
     "ACCOUNTING_FIELDS",
+    "BATCH_DISCOUNT",
     "CODE_LOADING_ENV",
     "CODE_LOADING_KWARGS",
     "ENGINE_ENV_NAMES",
@@ -27,6 +28,7 @@ __all__ = [
     "SAFE_KWARG_VALUES",
     "SCORING_KEYS",
     "TRANSPORT_FIELDS",
+    "BatchApiConfig",
     "EmbeddedEngineConfig",
     "EngineConfig",
     "FakeEngineConfig",
@@ -40,6 +42,7 @@ __all__ = [
     "VllmEngineConfig",
     "code_loading_kwargs",
     "engine_env_allowed",
+    "engine_price",
 ]
 
 
@@ -321,6 +324,12 @@ class SamplingConfig(StrictModel):
     """Stop strings."""
 
 
+BATCH_DISCOUNT = 0.5
+"""Default share of the direct price that a provider's Batch API charges:
+OpenAI's pricing page (https://openai.com/api/pricing/, read 2026-12-08) lists
+every model's Batch API price at 50% of its standard price."""
+
+
 class PriceConfig(StrictModel):
     """What an API engine charges, in currency units per million tokens."""
 
@@ -328,10 +337,102 @@ class PriceConfig(StrictModel):
     """Price of a million prompt (input) tokens."""
     completion: float = Field(ge=0)
     """Price of a million completion (output) tokens."""
+    batch_discount: float = Field(default=BATCH_DISCOUNT, gt=0, le=1)
+    """With ``batch: true``: the share of ``prompt`` and ``completion`` the
+    Batch API charges (default :data:`BATCH_DISCOUNT`, OpenAI's 50%)."""
+    batch_prompt: float | None = Field(default=None, ge=0)
+    """With ``batch: true``: the batch price of a million prompt tokens, when
+    the provider's is not ``batch_discount`` of ``prompt``."""
+    batch_completion: float | None = Field(default=None, ge=0)
+    """With ``batch: true``: the batch price of a million completion tokens."""
+
+    def per_mtok(self, *, batch: bool) -> tuple[float, float]:
+        """(prompt, completion) per million tokens, direct or through a batch.
+
+        >>> p = PriceConfig(prompt=2.0, completion=8.0)
+        >>> p.per_mtok(batch=False), p.per_mtok(batch=True)
+        ((2.0, 8.0), (1.0, 4.0))
+        >>> PriceConfig(prompt=2, completion=8, batch_prompt=1.5).per_mtok(batch=True)
+        (1.5, 4.0)
+        """
+        if not batch:
+            return (self.prompt, self.completion)
+        prompt = self.batch_prompt
+        completion = self.batch_completion
+        return (
+            self.prompt * self.batch_discount if prompt is None else prompt,
+            self.completion * self.batch_discount if completion is None else completion,
+        )
+
+
+def engine_price(engine: Any) -> tuple[float, float] | None:
+    """An engine's (prompt, completion) price per million tokens, or None.
+
+    At the batch price when the engine sends its requests through a Batch API
+    (``batch: true``).
+
+    >>> e = OpenAIHttpEngineConfig(base_url="http://h/v1", model="m", batch=True,
+    ...     price_per_mtok={"prompt": 2, "completion": 8})
+    >>> engine_price(e)
+    (1.0, 4.0)
+    """
+    price = getattr(engine, "price_per_mtok", None)
+    if not isinstance(price, PriceConfig):
+        return None
+    return price.per_mtok(batch=bool(getattr(engine, "batch", False)))
+
+
+OPENAI_BATCH_MAX_REQUESTS = 50_000
+"""Requests per Batch API input file, as documented by OpenAI
+(https://platform.openai.com/docs/guides/batch, read 2026-12-08)."""
+OPENAI_BATCH_MAX_MB = 200.0
+"""Megabytes per Batch API input file, as documented by OpenAI (same page)."""
+
+
+class BatchApiConfig(StrictModel):
+    """How an ``openai_http`` engine with ``batch: true`` uses the Batch API.
+
+    Defaults: OpenAI's documented limits (docs/engines.md gives the sources);
+    check your provider's.
+    """
+
+    completion_window: str = Field(default="24h", pattern=r"^[1-9][0-9]*h$")
+    """The window the provider has to finish a batch (OpenAI accepts "24h")."""
+    poll_s: float = Field(default=30.0, gt=0)
+    """Seconds before the first status request; each wait is 1.5 times the
+    last, up to ``poll_max_s``."""
+    poll_max_s: float = Field(default=300.0, gt=0)
+    """Longest wait between two status requests."""
+    max_requests_per_file: int = Field(default=OPENAI_BATCH_MAX_REQUESTS, ge=1)
+    """Most requests in one input file; more are split into several batches."""
+    max_file_mb: float = Field(default=OPENAI_BATCH_MAX_MB, gt=0)
+    """Most megabytes (10**6 bytes) in one input file."""
+    transfer_timeout_s: float = Field(default=600.0, gt=0)
+    """Seconds one file upload or download may take."""
+    max_output_mb: float = Field(default=2048.0, gt=0)
+    """Largest output or error file read back (it is held in memory)."""
+
+    @model_validator(mode="after")
+    def _check_poll(self) -> BatchApiConfig:
+        if self.poll_max_s < self.poll_s:
+            msg = (
+                f"batch_api.poll_max_s ({self.poll_max_s:g}) is smaller than "
+                f"batch_api.poll_s ({self.poll_s:g}); set poll_max_s >= poll_s"
+            )
+            raise ValueError(msg)
+        return self
 
 
 TRANSPORT_FIELDS = frozenset(
-    {"timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "max_concurrency"}
+    {
+        "timeout_s",
+        "max_retries",
+        "backoff_base_s",
+        "backoff_max_s",
+        "max_concurrency",
+        "batch",
+        "batch_api",
+    }
 )
 """How an HTTP engine reaches its server: like the pool, not part of its outputs
 (raising ``timeout_s`` and rerunning with ``--retry-failed`` redoes only the
@@ -528,6 +629,23 @@ class OpenAIHttpEngineConfig(_EngineBase):
     """Extra JSON fields merged into each request body. They cannot override
     the fields the engine sets (``SCORING_KEYS``: prompt, sampling, score
     constraint, logprobs) nor hold a literal credential."""
+    batch: bool = False
+    """Send the stage's requests through the provider's Batch API (one JSONL
+    file, a batch, an output file within ``batch_api.completion_window``) at
+    its batch price instead of one request each; see docs/engines.md."""
+    batch_api: BatchApiConfig = BatchApiConfig()
+    """Batch API settings (``batch: true`` only)."""
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> OpenAIHttpEngineConfig:
+        # Its defaults may be written out (a config read back from a manifest).
+        if self.batch_api != BatchApiConfig() and not self.batch:
+            msg = (
+                "batch_api is set but batch is false; set batch: true to use the "
+                "Batch API, or remove batch_api"
+            )
+            raise ValueError(msg)
+        return self
 
     @field_validator("extra_body")
     @classmethod

@@ -37,6 +37,7 @@ from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.console import console, quiet_console
 from cube_ray.corpus import with_prompt_language
+from cube_ray.engines.openai_http._batch import open_batches
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
 from cube_ray.files import check_run_dir_links
@@ -321,6 +322,7 @@ def _run_stages(
             "summary": "summary.json" if summary_path else None,
             "report_error": None,
             "engines": engines,
+            "batches": open_batches(run_dir),
             "wall_s": round(time.monotonic() - driver.state.started_at, 3),
         }
     )
@@ -379,7 +381,20 @@ def _record_stop(
     )
     # The type name too: a bare KeyError's text is only the key, Ctrl-C's none.
     error = f"{type(exc).__name__}: {exc}" if status == "failed" else str(exc)
-    manifest.updated(status=status, error=error, stopped=_utc()).write(path.parent)
+    manifest.updated(
+        status=status,
+        error=error,
+        stopped=_utc(),
+        batches=open_batches(path.parent),
+    ).write(path.parent)
+    for batch_id, batch in open_batches(path.parent).items():
+        print(
+            f"cube-ray: batch {batch_id} ({batch.get('stage')}, "
+            f"{batch.get('status')}) is not read yet; rerun the same command to "
+            "re-attach to it (it is not submitted again)",
+            file=console(),
+            flush=True,
+        )
 
 
 class Terminated(SystemExit):

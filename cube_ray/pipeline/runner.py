@@ -18,6 +18,7 @@ from cube_ray.console import console
 from cube_ray.credentials import secret_names
 from cube_ray.errors import CubeRayError
 from cube_ray.pipeline import faults
+from cube_ray.pipeline.batch_stage import batch_configs, run_on_driver, stage_ledger
 from cube_ray.pipeline.data import _light_stage, _StageActor, pool_args
 from cube_ray.pipeline.outcomes import failure_warning, outcome_counts
 from cube_ray.pipeline.parts import (
@@ -86,6 +87,14 @@ def _doer(spec: StageSpec) -> str:
     if path.startswith("judges."):
         return f"judge {path.removeprefix('judges.')}"
     return str(path)
+
+
+def _say_batch(text: str) -> None:
+    """A Batch API progress line, shown with or without progress.
+
+    A wait may last hours, and a batch left running must be named.
+    """
+    print(f"cube-ray: {text}", file=console(), flush=True)
 
 
 class StageRunner:
@@ -295,6 +304,8 @@ class StageRunner:
             if first_attempt:
                 stats.skipped = expected - n_todo
             if n_todo == 0:
+                if batch_configs(spec):  # killed after the write: read already
+                    stage_ledger(state.run_dir, label, say=_say_batch).settle()
                 if was_pending:
                     compaction.compact_retrying(spec.table, label, inputs, expected)
                     pending.unlink(missing_ok=True)
@@ -308,7 +319,11 @@ class StageRunner:
             raise
         except Exception as exc:
             raise faults.StageInterrupted(first_seq) from exc
-        out = self._map(spec, todo)
+        ledger = None
+        if batch_configs(spec):  # a Batch API engine: the stage runs on the driver
+            out, ledger = self._on_driver(spec, todo)
+        else:
+            out = self._map(spec, todo)
         stem = self._stem(label, first_seq)
         bar = _Progress(state.progress, shown, expected - stats.skipped - stats.written)
         watch = StallWatch(
@@ -342,6 +357,8 @@ class StageRunner:
         finally:
             bar.close()
         written = count_unseen(stats, table_dir, stem, seen)
+        if ledger is not None:  # its rows are written: a rerun submits anew
+            ledger.settle()
         if existing and (written or was_pending):
             if stale is not None and not was_pending:
                 compaction.compact_small(spec.table, label, existing, stale)
@@ -372,6 +389,26 @@ class StageRunner:
         config = options.config_path or "CONFIG"
         return f"cube-ray run {config} --out {options.run_dir} --retry-failed"
 
+    def _stage_kwargs(self, spec: StageSpec) -> dict[str, Any]:
+        return {
+            **spec.stage_kwargs,
+            **self._state.stage_context,
+            "call_log": self._state.options.call_log,
+        }
+
+    def _on_driver(self, spec: StageSpec, todo: Dataset) -> tuple[Dataset, Any]:
+        """A stage with a Batch API engine, on the driver (``batch_stage``)."""
+        others = [e for e in spec.engines if not getattr(e, "batch", False)]
+        shared = self._engines.factory(others, stage=spec.label) if others else None
+        return run_on_driver(
+            spec,
+            todo,
+            kwargs=self._stage_kwargs(spec),
+            shared=shared,
+            run_dir=self._state.run_dir,
+            say=_say_batch,
+        )
+
     def _map(self, spec: StageSpec, todo: Dataset) -> Dataset:
         """The stage over the rows to do, one output block per input block.
 
@@ -383,11 +420,7 @@ class StageRunner:
         """
         import ray.data
 
-        kwargs = {
-            **spec.stage_kwargs,
-            **self._state.stage_context,
-            "call_log": self._state.options.call_log,
-        }
+        kwargs = self._stage_kwargs(spec)
         if spec.engines:
             kwargs["engine_factory"] = self._engines.factory(
                 spec.engines, stage=spec.label

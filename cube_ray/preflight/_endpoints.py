@@ -281,6 +281,8 @@ def _probe_request(
 def probe_endpoints(config: RunConfig, *, say: Say) -> None:
     """Time one request to each ``openai_http`` engine; warn when it is slow.
 
+    Engines with ``batch: true`` are not probed (no direct request).
+
     One request per engine, of the size of its own requests (a long answer
     for the generator, a score for a judge), sent after ``check_endpoints``
     found the server. Slowness is a warning, not an error: the run may still
@@ -291,7 +293,9 @@ def probe_endpoints(config: RunConfig, *, say: Say) -> None:
         *((f"judges.{n}", e, True) for n, e in config.judges.items()),
     ]
     for where, engine, judge in engines:
-        if not isinstance(engine, OpenAIHttpEngineConfig):
+        # A Batch API engine sends no direct request (nor does its probe):
+        # its requests wait hours anyway.
+        if not isinstance(engine, OpenAIHttpEngineConfig) or engine.batch:
             continue
         max_tokens = _probe_max_tokens(engine, judge=judge)
         elapsed, tokens, error = _probe_request(engine, max_tokens)

@@ -90,7 +90,14 @@ class Stage:
             raise InputError(msg)
 
     def _log_calls(self, keys: Sequence[str]) -> None:
-        """Append one line per engine call to the call log (tests, audits)."""
+        """Append one line per engine call to the call log (tests, audits).
+
+        An engine that names its requests (the Batch API's ``custom_id``:
+        ``OpenAIHttpEngine.name_requests``) is told the keys too.
+        """
+        name_requests = getattr(getattr(self, "_engine", None), "name_requests", None)
+        if callable(name_requests):
+            name_requests(list(keys))
         if not self._call_log or not keys:
             return
         data = "".join(f"{self.name}\t{k}\n" for k in keys).encode()

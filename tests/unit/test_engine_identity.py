@@ -35,6 +35,8 @@ CASES = {
     "pool.batch_size": ({"pool": {"batch_size": 99}}, True, True, True),
     "pool.max_size": ({"pool": {"max_size": 3}}, True, True, False),
     "timeout_s": ({"timeout_s": 600.0}, True, False, False),
+    # Through a Batch API: the same requests, the same rows (kept on resume).
+    "batch": ({"batch": True, "batch_api": {"poll_s": 5.0}}, True, False, False),
     "price_per_mtok": (
         {"price_per_mtok": {"prompt": 1.0, "completion": 2.0}},
         True,

@@ -22,6 +22,7 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
+from cube_ray.engines.openai_http._batch import BatchClient, BatchLedger, BatchRunner
 from cube_ray.engines.openai_http._client import gather_rows
 from cube_ray.engines.openai_http._reply import RAW_MAX_CHARS, Reply, add_tokens
 from cube_ray.engines.openai_http._request import (
@@ -88,6 +89,9 @@ class OpenAIHttpEngine:
             config, httpx=httpx, meter=self._meter, redact=self._redact
         )
         self._closed = False
+        self._batches: BatchRunner | None = None
+        self._next_ids: list[str] | None = None
+        self._calls = 0
 
     @classmethod
     def from_config(cls, config: OpenAIHttpEngineConfig) -> OpenAIHttpEngine:
@@ -240,6 +244,91 @@ class OpenAIHttpEngine:
         # masked before the cut so no part of it survives at the edge.
         return redact(text, self._key)[:RAW_MAX_CHARS]
 
+    # -- the Batch API (batch: true) -----------------------------------------
+
+    def attach_batches(self, ledger: BatchLedger) -> None:
+        """Send through the Batch API, recording each batch in ``ledger``.
+
+        The stage runner calls it on the driver for an engine with ``batch:
+        true`` (``cube_ray.pipeline.batch_stage``); until then such an engine
+        refuses to send.
+        """
+        client = BatchClient(
+            self.config,
+            httpx=self._httpx,
+            key=self._key,
+            transport=self._transport,
+            redact=self._redact,
+        )
+        self._batches = BatchRunner(client, ledger, meter=self._meter)
+
+    def name_requests(self, keys: Sequence[str]) -> None:
+        """The row keys of the next call's prompts (their ``custom_id``s).
+
+        A stage names them just before it calls the engine; a call whose
+        prompts are not one per key (protocol calls, follow-ups) numbers its
+        requests instead.
+        """
+        self._next_ids = list(keys)
+
+    def _request_ids(self, n: int) -> list[str]:
+        ids, self._next_ids = self._next_ids, None
+        if ids is not None and len(ids) == n and len(set(ids)) == n:
+            return ids
+        self._calls += 1
+        return [f"call{self._calls}-{i}" for i in range(n)]
+
+    def _via_batches(
+        self, prompts: Sequence[str], body: dict[str, Any], *, score: bool
+    ) -> list[Reply]:
+        """Like the direct path, through the Batch API.
+
+        The same bodies, the same reader, the same parse retries (each round
+        one more batch).
+        """
+        if self._batches is None:
+            msg = (
+                f"engine {self.name!r} has batch: true: its requests go through "
+                "the Batch API of a `cube-ray run` stage, whose stages run on the "
+                "driver (cube_ray.pipeline.batch_stage); set batch: false for a "
+                "direct use (`cube-ray judges check`, `engines check`)"
+            )
+            raise EngineError(msg)
+        cfg = self.config
+        ids = self._request_ids(len(prompts))
+        replies = self._batches.run(
+            [build_payload(cfg, p, body, None) for p in prompts], ids
+        )
+        for attempt in range(1, cfg.parse_retries + 1 if score else 1):
+            again = [
+                i
+                for i, r in enumerate(replies)
+                if r.status == "ok" and parse_score(r.text) is None
+            ]
+            if not again:
+                break
+            payloads = [
+                build_payload(
+                    cfg, prompts[i], body, (replies[i].text or "")[:PREVIOUS_MAX_CHARS]
+                )
+                for i in again
+            ]
+            got = self._batches.run(
+                payloads, [f"{ids[i]}#retry{attempt}" for i in again]
+            )
+            for i, reply in zip(again, got, strict=True):
+                if reply.status != "ok":
+                    continue  # as the direct path: the unparsable reply stays
+                first = replies[i]
+                reply.prompt_tokens = add_tokens(
+                    first.prompt_tokens, reply.prompt_tokens
+                )
+                reply.completion_tokens = add_tokens(
+                    first.completion_tokens, reply.completion_tokens
+                )
+                replies[i] = reply
+        return replies
+
     def _batch(
         self, prompts: Sequence[str], body: dict[str, Any], *, score: bool
     ) -> list[Reply]:
@@ -248,6 +337,8 @@ class OpenAIHttpEngine:
             raise EngineError(msg)
         if not prompts:
             return []
+        if self.config.batch:
+            return self._via_batches(prompts, body, score=score)
         try:
             return run_sync(
                 lambda: gather_rows(
