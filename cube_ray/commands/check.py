@@ -18,9 +18,14 @@ otherwise.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from cube_ray.console import quiet_console
+from cube_ray.errors import InputError
 
 __all__ = ["check_command", "probe_systems", "register", "run_preflight"]
 
@@ -49,12 +54,8 @@ def run_preflight(config: Any, *, run_dir: Path, address: str | None) -> None:
     "Started a local Ray instance") go to a log file, not the console, as in
     a run; the file is removed unless connecting failed (then it is named).
     """
-    import shutil
-    import tempfile
-
     import ray
 
-    from cube_ray.console import quiet_console
     from cube_ray.pipeline import connect_ray
     from cube_ray.preflight import preflight
 
@@ -180,7 +181,6 @@ def probe_systems(config: Any, *, say: Any) -> None:
     """
     from cube_ray import schema
     from cube_ray.corpus import iter_document_batches
-    from cube_ray.errors import InputError
     from cube_ray.systems.base import QuestionIn
     from cube_ray.systems.config import HttpSystemConfig
     from cube_ray.systems.http import HttpSystem

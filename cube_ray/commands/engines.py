@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cube_ray.errors import ConfigError, CubeRayError
+from cube_ray.prompts import default_rubric, fresh_nonce, render_judge
 
 __all__ = ["check_engines", "load_engine_configs", "register"]
 
@@ -143,7 +144,6 @@ def check_engines(
     """Build each engine, ask one score, close it; one result dict per engine."""
     from cube_ray.engines.base import ItemJudge, JudgeItem
     from cube_ray.engines.registry import build_engine
-    from cube_ray.prompts import default_rubric, fresh_nonce, render_judge
 
     prompt = render_judge(
         SAMPLE_DOCUMENT,

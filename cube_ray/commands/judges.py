@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cube_ray.errors import ConfigError
+from cube_ray.files import write_atomic
 
 __all__ = ["EXIT_JUDGE_FAILED", "format_results", "register"]
 
@@ -226,8 +227,6 @@ def _run_check(args: argparse.Namespace) -> int:
     results["config"] = str(args.config)
     print(format_results(results), flush=True)
     if args.json is not None:
-        from cube_ray.files import write_atomic
-
         write_atomic(
             args.json, json.dumps(results, ensure_ascii=False, indent=1) + "\n"
         )

@@ -7,6 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cube_ray.commands.check import run_preflight
+from cube_ray.console import console
+from cube_ray.errors import INCOMPLETE_EXIT_CODE, ConfigError, CubeRayError
+
 __all__ = ["check_out_dir", "dry_run_checks", "register", "run_command"]
 
 
@@ -98,7 +102,6 @@ def register(subparsers: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Load the config, then plan (``--dry-run``) or run the pipeline."""
     from cube_ray.config import RunConfig
-    from cube_ray.errors import ConfigError
 
     config = RunConfig.from_yaml(args.config)
     if args.limit is not None and args.limit < 1:
@@ -122,11 +125,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(format_file_uses(file_uses(config)))
         _state_work(config, args)
         if args.address:
-            from cube_ray.commands.check import run_preflight
-
             run_preflight(config, run_dir=run_dir, address=args.address)
         return 0
-    from cube_ray.errors import CubeRayError
     from cube_ray.pipeline import RunOptions, run_pipeline
     from cube_ray.preflight import check_env
 
@@ -185,8 +185,6 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"logs:     {result.log_path} (vLLM and Ray output; --verbose shows it)")
     sys.stdout.flush()
     if result.incomplete:
-        from cube_ray.errors import INCOMPLETE_EXIT_CODE
-
         # Every stage ran, but failed answers left a set empty: say so last,
         # with the rerun that completes the run.
         for system, reason in result.incomplete.items():
@@ -206,7 +204,6 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _sized(config: Any, args: argparse.Namespace) -> Any:
     """The config with ``--sample-size`` or ``--fit-minutes`` applied."""
-    from cube_ray.errors import ConfigError
     from cube_ray.run_statement import cpu_info, fit_sample, with_sample_size
 
     for flag, value in (
@@ -228,7 +225,6 @@ def _sized(config: Any, args: argparse.Namespace) -> Any:
 
 def _state_work(config: Any, args: argparse.Namespace) -> None:
     """Say the run's work, its time on this CPU and how to shorten it."""
-    from cube_ray.console import console
     from cube_ray.run_statement import cpu_info, run_statement
 
     try:
@@ -253,8 +249,6 @@ def check_out_dir(run_dir: Path, *, flag: str = "--out") -> None:
     Raises:
         ConfigError: ``run_dir`` (or a folder above it) is a file.
     """
-    from cube_ray.errors import ConfigError
-
     for path in (run_dir, *run_dir.parents):
         if path.exists() and not path.is_dir():
             what = "is" if path == run_dir else f"is inside {str(path)!r}, which is"

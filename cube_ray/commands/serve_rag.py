@@ -18,6 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cube_ray.env import prompt_key
+from cube_ray.errors import ConfigError
+from cube_ray.prompts import derive_nonce
+
 __all__ = ["register", "serve_rag"]
 
 log = logging.getLogger(__name__)
@@ -75,9 +79,6 @@ def serve_rag(args: argparse.Namespace) -> int:
     """Build the system and serve it until interrupted."""
     from cube_ray.config import RunConfig
     from cube_ray.corpus import with_prompt_language
-    from cube_ray.env import prompt_key
-    from cube_ray.errors import ConfigError
-    from cube_ray.prompts import derive_nonce
     from cube_ray.systems import BuiltinRagSystemConfig, build_system
     from cube_ray.systems.serve import make_server
 

@@ -17,12 +17,16 @@ from cube_ray.aggregate import (
     NOT_SEPARATED,
     TOO_FEW_FAULTS,
     BoundsOptions,
+    fault_detection,
+    fixed_weights,
+    qualification_block,
     separated,
     trimmed_means,
     wilcoxon_greater,
 )
 from cube_ray.injection import MAX_SHIFT
 from cube_ray.judge_check._inputs import _FAULT
+from cube_ray.qualification import STATUS_NO_CONTROL, is_control
 
 MEAN = "mean"
 """Key of the equal-weighted mean over the dimensions in the bound results."""
@@ -50,13 +54,6 @@ def qualification(
     ``detected`` net of the control, ``false_alarm``).
     """
     import polars as pl
-
-    from cube_ray.aggregate import (
-        fault_detection,
-        fixed_weights,
-        qualification_block,
-    )
-    from cube_ray.qualification import STATUS_NO_CONTROL, is_control
 
     cols = [
         schema.QUESTION_ID,

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cube_ray.console import console
 from cube_ray.engines.base import (
     Engine,
     Generation,
@@ -42,7 +43,10 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
+from cube_ray.engines.embedded import is_converted
 from cube_ray.engines.identity import identity_fields
+from cube_ray.engines.registry import build_engine
+from cube_ray.engines.threads import apply_engine_threads
 from cube_ray.pipeline import heap
 
 __all__ = [
@@ -110,9 +114,6 @@ class _EngineHost:
 
     def __init__(self, config: Any) -> None:
         import ray
-
-        from cube_ray.engines.registry import build_engine
-        from cube_ray.engines.threads import apply_engine_threads
 
         # Before the engine loads torch: Ray gave this fractional-CPU worker
         # one thread (cube_ray.engines.threads says why that is wrong here).
@@ -428,7 +429,6 @@ class EnginePools:
 
 
 def _say_console(text: str) -> None:
-    from cube_ray.console import console
 
     print(f"cube-ray: {text}", file=console(), flush=True)
 
@@ -436,8 +436,6 @@ def _say_console(text: str) -> None:
 def _start_work(config: Any) -> str:
     """What an engine host does before its first call (for the console)."""
     if getattr(config, "backend", None) == "embedded":
-        from cube_ray.engines.embedded import is_converted
-
         if not is_converted(config):
             return (
                 "converting the embedded model once (a few minutes; later runs "

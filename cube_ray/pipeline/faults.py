@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from cube_ray.errors import CubeRayError
+
 __all__ = [
     "StageInterrupted",
     "UserFault",
@@ -178,8 +180,6 @@ def user_fault(exc: BaseException) -> UserFault | None:
     >>> user_fault(ValueError("a bug")) is None
     True
     """
-    from cube_ray.errors import CubeRayError
-
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:

@@ -32,6 +32,7 @@ from cube_ray.pipeline.parts import (
     part_files,
 )
 from cube_ray.stages import QUESTIONS_OUT_SCHEMA, questions_table
+from cube_ray.systems import load_question_file
 from cube_ray.systems.kinds import file_digest, system_kind
 
 if TYPE_CHECKING:
@@ -128,8 +129,6 @@ class Intake:
     def _question_file_table(self, staging: Path) -> pa.Table:
         """Load and check the question file against the staged document ids."""
         import polars as pl
-
-        from cube_ray.systems import load_question_file
 
         qcfg = self._state.config.questions
         assert qcfg.path is not None

@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cube_ray import schema
 from cube_ray.engines.config import ACCOUNTING_FIELDS, TRANSPORT_FIELDS
 from cube_ray.errors import ConfigError
 from cube_ray.manifest import Manifest
@@ -212,8 +213,6 @@ def check_corpus_owner(
         return
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    from cube_ray import schema
 
     def read(files: list[Path]) -> Any:
         import pyarrow as pa

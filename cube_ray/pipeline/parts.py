@@ -17,6 +17,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,8 +166,6 @@ def set_aside_corrupt(
     in a few threads (pyarrow releases the GIL). Each file set aside is named
     on the console; the stages then recompute its rows, which are missing.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     if run_dir.is_dir():
         _heal_swaps(run_dir)  # a table mid-swap is whole again first
     files = [f for name in TABLES for f in part_files(run_dir / name)]

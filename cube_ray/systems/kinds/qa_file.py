@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,8 +74,6 @@ class QaFileKind(SystemKind):
 
     def check_rows(self, system: Any) -> None:
         """Every row, as the run's preparation reads them (a temporary index)."""
-        import tempfile
-
         from cube_ray.systems.qa_file import build_qa_index
 
         with tempfile.TemporaryDirectory(prefix="cube-ray-dry-run-") as index:
