@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import polars as pl
+
 from cube_ray import schema
 from cube_ray.aggregate import (
     FALSE_ALARM,
@@ -53,8 +55,6 @@ def qualification(
     the fault's drop, the control's, the net drop, each with its interval;
     ``detected`` net of the control, ``false_alarm``).
     """
-    import polars as pl
-
     cols = [
         schema.QUESTION_ID,
         schema.SYSTEM,
@@ -127,8 +127,6 @@ def separation(
     >>> separation([10.0] * 8, [10.0] * 8, options=BoundsOptions())["separated"]
     False
     """
-    import polars as pl
-
     n = len(zero)
     if n == 0:
         return {

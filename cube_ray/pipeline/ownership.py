@@ -25,6 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from cube_ray import schema
 from cube_ray.engines.config import ACCOUNTING_FIELDS, TRANSPORT_FIELDS
 from cube_ray.errors import ConfigError
@@ -211,11 +215,8 @@ def check_corpus_owner(
     old_documents = [f for f in old_documents if verify_part(f) is None]
     if not old_documents:
         return
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     def read(files: list[Path]) -> Any:
-        import pyarrow as pa
 
         cols = [schema.DOC_ID, schema.CONTENT_HASH]
         return pa.concat_tables([pq.read_table(f, columns=cols) for f in files])

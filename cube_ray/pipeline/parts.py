@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cube_ray import schema
@@ -332,7 +333,6 @@ def _describe(
     redacted: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One ``_WRITTEN`` row for a part file holding ``table``."""
-    import pyarrow.compute as pc
 
     def total(col: str) -> int:
         if col not in table.column_names:
@@ -368,8 +368,6 @@ def redact_table(
     >>> out.column("answer").to_pylist(), hits
     (['key ***!', 'no'], {'rag': 1})
     """
-    import pyarrow.compute as pc
-
     forms = [f for value in secrets for f in secret_forms(value)]
     forms.sort(key=len, reverse=True)
     if not forms or table.num_rows == 0:
@@ -438,8 +436,6 @@ def _write_part(
 
 def _keep_current(batch: pa.Table) -> pa.Table:
     """Rows whose hash is current, or whose key the current input lacks."""
-    import pyarrow.compute as pc
-
     cur = batch.column(_CUR_HASH)
     ok = pc.or_(pc.is_null(cur), pc.equal(batch.column(schema.CONTENT_HASH), cur))
     return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])
