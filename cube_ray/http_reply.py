@@ -151,6 +151,7 @@ def fetch(
         asyncio.TimeoutError: The deadline passed.
         httpx.HTTPError: Transport errors, httpx timeouts, undecodable bodies.
     """
+    # optional: httpx (the http extra), only once a client is built
     import httpx
 
     check_http_url(url, field="url")

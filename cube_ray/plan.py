@@ -426,6 +426,7 @@ def format_plan(rows: list[PlanRow]) -> str:
     if compared:
         lines += ["", *compared]
     if rows:
+        # lazy: loads polars, which importing plan does not
         from cube_ray.sizing import format_costs
 
         questions = max(r.calls for r in rows if r.stage.startswith("answers:"))

@@ -129,6 +129,7 @@ def _pilot(run_dir: str | Path) -> tuple[Any, int, Any]:
     Raises:
         InputError: The run has no summary or no tables.
     """
+    # lazy: loads cube_ray.aggregate (scipy, polars), which importing sizing does not
     from cube_ray.aggregate import headline_intervals
     from cube_ray.report import load_run
 
@@ -262,6 +263,7 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     Tokens come from the tables (rows of the current sample), speed from the
     last invocation's engine busy seconds over the tokens it wrote.
     """
+    # lazy: loads pandas, which importing sizing does not
     from cube_ray.pipeline.engine_pool import engine_id
 
     root = Path(run_dir)

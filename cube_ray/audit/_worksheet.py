@@ -330,6 +330,7 @@ def _rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
     made elsewhere) gets the scores table's dimensions with the packaged
     rubrics in the documents' language.
     """
+    # lazy: loads yaml, which importing _worksheet does not
     from cube_ray.config import RunConfig
 
     manifest = root / MANIFEST

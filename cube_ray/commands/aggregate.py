@@ -233,9 +233,6 @@ def _load_weights(value: Any) -> Any:
 
 
 def _options(args: argparse.Namespace, weights: Any) -> Any:
-
-    from cube_ray.aggregate import AggregateOptions
-
     try:
         return AggregateOptions(
             k=parse_k(args.k),
@@ -297,6 +294,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     strata = None
     try:
         if args.run_dir:  # the summary the run writes (see summarize_tables)
+            # lazy: loads pandas; --help imports every command module
             from cube_ray.pipeline.run import summarize_tables
 
             summary, answers, scores = summarize_tables(

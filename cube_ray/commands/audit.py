@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _draw(args: argparse.Namespace) -> int:
+    # lazy: loads polars, pyarrow, pydantic; --help imports every command module
     from cube_ray.audit import write_worksheet
 
     if args.size < 1:
@@ -106,6 +107,7 @@ def _draw(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    # lazy: loads polars, pyarrow, pydantic; --help imports every command module
     from cube_ray.audit import import_sheet
 
     done = import_sheet(

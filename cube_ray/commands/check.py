@@ -54,8 +54,10 @@ def run_preflight(config: Any, *, run_dir: Path, address: str | None) -> None:
     "Started a local Ray instance") go to a log file, not the console, as in
     a run; the file is removed unless connecting failed (then it is named).
     """
+    # heavy: ray, imported only where this code uses it
     import ray
 
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.pipeline import connect_ray
     from cube_ray.preflight import preflight
 
@@ -81,6 +83,7 @@ def _say(text: str) -> None:
 
 def check_command(args: argparse.Namespace) -> int:
     """Validate the config, then run the preflight against the cluster."""
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
 
     config = RunConfig.from_yaml(args.config)
@@ -98,11 +101,13 @@ def _probe_questions(config: Any, n: int = 2) -> list[tuple[str, str, str]]:
 
     The question file's first rows, else the first documents' titles.
     """
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray import schema
     from cube_ray.corpus import iter_document_batches
 
     q = config.questions
     if q.source == "file" and q.path:
+        # lazy: loads pyarrow, pydantic; --help imports every command module
         from cube_ray.systems import load_question_file
 
         frame = load_question_file(
@@ -127,6 +132,7 @@ def _probe_questions(config: Any, n: int = 2) -> list[tuple[str, str, str]]:
 
 def _answer_fix(reply: Any, path: str) -> str:
     """Why ``answer_path`` read no text from ``reply``, and the path that would."""
+    # lazy: loads pyarrow, pydantic; --help imports every command module
     from cube_ray.systems.http import resolve_path
     from cube_ray.systems.reply_paths import longest_text_path, top_keys
 
@@ -151,6 +157,7 @@ def _answer_fix(reply: Any, path: str) -> str:
 
 def _ids_fix(reply: Any, path: str, corpus_ids: set[str]) -> str:
     """Where the reply keeps the corpus ids, if anywhere, as a fix."""
+    # lazy: loads pyarrow, pydantic; --help imports every command module
     from cube_ray.systems.reply_paths import id_path, top_keys
 
     found = id_path(reply, corpus_ids)
@@ -179,6 +186,7 @@ def probe_systems(config: Any, *, say: Any) -> None:
             answer and the ids, and the path in the reply that would be right
             (:mod:`cube_ray.systems.reply_paths`) with its top-level keys.
     """
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray import schema
     from cube_ray.corpus import iter_document_batches
     from cube_ray.systems.base import QuestionIn
@@ -239,6 +247,7 @@ def probe_systems(config: Any, *, say: Any) -> None:
             and len(texts) == 1
             and len(next(iter(texts))) <= SHORT_ANSWER
         ):
+            # lazy: loads pyarrow, pydantic; --help imports every command module
             from cube_ray.systems.reply_paths import longest_text_path
 
             better = longest_text_path(http.last_reply)

@@ -79,9 +79,11 @@ def load_engine_configs(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: Unreadable file, no engines, or an invalid engine entry.
     """
+    # lazy: loads yaml, pydantic; --help imports every command module
     import yaml
     from pydantic import TypeAdapter, ValidationError
 
+    # lazy: loads pydantic; --help imports every command module
     from cube_ray.engines.config import JudgeConfig
 
     p = Path(path)
@@ -142,6 +144,7 @@ def check_engines(
     configs: dict[str, Any], *, mode: str | None = None
 ) -> list[dict[str, Any]]:
     """Build each engine, ask one score, close it; one result dict per engine."""
+    # lazy: loads pydantic; --help imports every command module
     from cube_ray.engines.base import ItemJudge, JudgeItem
     from cube_ray.engines.registry import build_engine
 

@@ -31,6 +31,8 @@ EXIT_JUDGE_FAILED = 1
 
 def register(subparsers: Any) -> None:
     """Add ``judges`` (with its ``check`` subcommand) to the CLI."""
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.judge_check import DEFAULT_SAMPLE
 
     parser = subparsers.add_parser(
@@ -202,6 +204,7 @@ def _cell(test: dict[str, Any]) -> str:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
     from cube_ray.corpus import with_prompt_language
     from cube_ray.judge_check import check_judges

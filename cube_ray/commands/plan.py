@@ -67,6 +67,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan from the pilot; print the plan (and write ``--json``)."""
+    # lazy: loads polars, pyarrow, pydantic; --help imports every command module
     from cube_ray.sizing import HALF_WIDTH_RANGE, format_sample_plan, plan_sample
 
     low, high = HALF_WIDTH_RANGE

@@ -52,6 +52,8 @@ def register(subparsers: Any) -> None:
 
 def add_interval_argument(parser: Any) -> None:
     """``--interval percentile|bca`` (shared by ``report`` and ``compare``)."""
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.aggregate import DEFAULT_INTERVAL, INTERVAL_METHODS
 
     parser.add_argument(
@@ -66,9 +68,13 @@ def add_interval_argument(parser: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.report._deps import require_report_deps
 
     require_report_deps()
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.report import write_report
 
     _check_paths(args.run_dir, args.out_dir)

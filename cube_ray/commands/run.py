@@ -101,6 +101,7 @@ def register(subparsers: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Load the config, then plan (``--dry-run``) or run the pipeline."""
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
 
     config = RunConfig.from_yaml(args.config)
@@ -112,6 +113,7 @@ def run_command(args: argparse.Namespace) -> int:
     config = _sized(config, args)
     if args.dry_run:
         dry_run_checks(config, run_dir, update=args.update)
+        # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
         from cube_ray.plan import (
             file_uses,
             format_env_uses,
@@ -127,11 +129,14 @@ def run_command(args: argparse.Namespace) -> int:
         if args.address:
             run_preflight(config, run_dir=run_dir, address=args.address)
         return 0
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.pipeline import RunOptions, run_pipeline
     from cube_ray.preflight import check_env
 
     check_env(config)  # an unset variable fails before Ray starts
     if args.human is not None:  # a bad file fails before Ray starts
+        # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help
+        # imports every command module
         from cube_ray.report._human import read_human_ratings
 
         read_human_ratings(args.human)
@@ -165,6 +170,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
     headline = result.headline
     if not headline and result.summary_path is not None:  # no report: no interval
+        # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help
+        # imports every command module
         from cube_ray.report import console_lines, load_run
 
         headline = console_lines(load_run(result.run_dir, tables=False))
@@ -204,6 +211,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _sized(config: Any, args: argparse.Namespace) -> Any:
     """The config with ``--sample-size`` or ``--fit-minutes`` applied."""
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.run_statement import cpu_info, fit_sample, with_sample_size
 
     for flag, value in (
@@ -225,6 +233,7 @@ def _sized(config: Any, args: argparse.Namespace) -> Any:
 
 def _state_work(config: Any, args: argparse.Namespace) -> None:
     """Say the run's work, its time on this CPU and how to shorten it."""
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.run_statement import cpu_info, run_statement
 
     try:
@@ -272,6 +281,7 @@ def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
     Raises:
         ConfigError, ClusterError, InputError: As the run would (exit 2).
     """
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.corpus import with_prompt_language
     from cube_ray.pipeline.ownership import check_config_owner
     from cube_ray.preflight import check_env

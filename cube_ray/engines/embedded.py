@@ -266,6 +266,7 @@ def assemble_parts(
 
 def _convert(gguf_path: Path, out: Path) -> None:
     try:
+        # heavy and optional (the local extra): only to convert the model
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -276,6 +277,7 @@ def _convert(gguf_path: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     kwargs: dict[str, Any] = {"gguf_file": name, "dtype": torch.bfloat16}
     try:  # transformers >= 5 keeps GGUF blocks packed unless told to dequantize
+        # heavy and optional (the local extra): only to convert the model
         from transformers import GgufConfig
 
         kwargs["quantization_config"] = GgufConfig(dequantize=True)

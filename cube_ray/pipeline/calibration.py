@@ -35,6 +35,7 @@ def calibrate_run(
         InputError: The human file does not read, or names answers or
             dimensions the run does not have.
     """
+    # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage workers
     from cube_ray.aggregate import with_calibration
     from cube_ray.report._human import read_human_ratings
     from cube_ray.sample import in_run_sample, load_strata

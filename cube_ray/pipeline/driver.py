@@ -184,6 +184,7 @@ class _Driver:
 
     def _stage_cpus(self, specs: list[StageSpec]) -> float:
         """The cluster's logical CPUs less what the engine pools can hold."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         pools = {engine_id(e): e.pool for s in specs for e in s.engines}

@@ -113,6 +113,7 @@ class _EngineHost:
     """
 
     def __init__(self, config: Any) -> None:
+        # heavy: ray, imported only where this code uses it
         import ray
 
         # Before the engine loads torch: Ray gave this fractional-CPU worker
@@ -192,6 +193,7 @@ class _Dispatcher:
             self._add_host()
 
     def _add_host(self) -> _Host:
+        # heavy: ray, imported only where this code uses it
         import ray
 
         handle: Any = (
@@ -230,6 +232,7 @@ class _Dispatcher:
 
     async def node(self) -> str:
         """The node this dispatcher runs on (diagnostics, tests)."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         return str(ray.get_runtime_context().get_node_id())
@@ -287,6 +290,7 @@ class RemoteEngine:
         batch is sent again (up to ``HOST_UNAVAILABLE_RETRIES`` times, waiting
         1, 2, 4, 8, then 10 s) instead of failing the stage.
         """
+        # heavy: ray, imported only where this code uses it
         import ray
         import ray.exceptions
 
@@ -405,6 +409,7 @@ class EnginePools:
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """``manifest.json``'s ``engines``: stages, start-ups, start-up and busy s."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         out: dict[str, dict[str, Any]] = {}
@@ -418,6 +423,7 @@ class EnginePools:
 
     def close(self) -> None:
         """Kill the dispatchers and their hosts."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         for dispatcher, _, _ in self._pools.values():
@@ -453,6 +459,7 @@ def _await_start(
     A model conversion and an engine start take minutes on a CPU; the console
     says what is happening meanwhile instead of staying silent.
     """
+    # heavy: ray, imported only where this code uses it
     import ray
 
     ref = dispatcher.describe.remote()
@@ -473,6 +480,7 @@ def _await_start(
 
 
 def _start_dispatcher(config: Any) -> Any:
+    # heavy: ray, imported only where this code uses it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -128,6 +128,7 @@ class Intake:
 
     def _question_file_table(self, staging: Path) -> pa.Table:
         """Load and check the question file against the staged document ids."""
+        # lazy: loads polars, not in the Ray stage workers
         import polars as pl
 
         qcfg = self._state.config.questions
@@ -207,6 +208,7 @@ class Intake:
         the driver itself holds nothing. A bad QA file fails here with its
         file, row and field.
         """
+        # heavy: ray, imported only where this code uses it
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

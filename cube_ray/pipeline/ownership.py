@@ -209,6 +209,7 @@ def check_corpus_owner(
     old_fp = manifest.corpus_fingerprint if manifest is not None else None
     if old_fp is None or old_fp == fingerprint:
         return
+    # circle at load: cube_ray/pipeline/__init__ imports run, which imports this module
     from cube_ray.pipeline.parts import verify_part
 
     # A damaged part is set aside later in the run; compare what reads.

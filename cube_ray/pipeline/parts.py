@@ -232,6 +232,7 @@ def read_table(table_dir: Path, key: tuple[str, ...] | None = None) -> pa.Table:
     table = pa.concat_tables(tables, promote_options="default")
     if key is None or table.num_rows == 0:
         return table
+    # lazy: loads polars, not in the Ray stage workers
     import polars as pl
 
     df = pl.from_arrow(table)

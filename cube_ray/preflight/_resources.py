@@ -253,6 +253,7 @@ def engine_pool_cpus(config: RunConfig) -> dict[str, tuple[list[str], float]]:
     Configs that name one pool (:func:`cube_ray.pipeline.engine_pool.engine_id`)
     count once; a pool holds ``num_cpus * max_size`` for the whole job.
     """
+    # lazy: loads pandas, which importing _resources does not
     from cube_ray.pipeline.engine_pool import engine_id
 
     engines: list[tuple[str, object]] = [("generator", config.generator)]
