@@ -43,8 +43,7 @@ from cube_ray.aggregate import (
 from cube_ray.config import AggregateOptions, RunConfig
 from cube_ray.errors import INCOMPLETE_EXIT_CODE, ConfigError, InputError
 from cube_ray.manifest import MANIFEST, Manifest
-from cube_ray.report._calibrated import calibrated_lines
-from cube_ray.report._human import read_human_ratings
+from cube_ray.report import calibrated_lines, read_human_ratings
 from cube_ray.run_lock import writing_into
 from cube_ray.sample import load_strata
 from cube_ray.tables import read_answers, read_scores

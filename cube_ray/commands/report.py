@@ -70,7 +70,7 @@ def add_interval_argument(parser: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
     # every command module
-    from cube_ray.report._deps import require_report_deps
+    from cube_ray.report import require_report_deps
 
     require_report_deps()
     # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports

@@ -137,7 +137,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.human is not None:  # a bad file fails before Ray starts
         # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help
         # imports every command module
-        from cube_ray.report._human import read_human_ratings
+        from cube_ray.report import read_human_ratings
 
         read_human_ratings(args.human)
 

@@ -37,7 +37,7 @@ def calibrate_run(
     """
     # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage workers
     from cube_ray.aggregate import with_calibration
-    from cube_ray.report._human import read_human_ratings
+    from cube_ray.report import read_human_ratings
     from cube_ray.sample import in_run_sample, load_strata
     from cube_ray.tables import read_answers, read_scores
 

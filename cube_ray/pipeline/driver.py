@@ -48,7 +48,7 @@ from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.pipeline.sources import StageSources
 from cube_ray.pipeline.state import RunOptions, RunState
-from cube_ray.preflight._resources import stage_cpus
+from cube_ray.preflight import stage_cpus
 from cube_ray.systems.kinds import system_kind
 
 __all__ = ["_Driver"]

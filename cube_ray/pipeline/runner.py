@@ -30,7 +30,7 @@ from cube_ray.pipeline.parts import (
     part_files,
 )
 from cube_ray.pipeline.stall import StallWatch, stall_message
-from cube_ray.preflight._resources import engine_pool_cpus, stage_cpus
+from cube_ray.preflight import engine_pool_cpus, stage_cpus
 
 if TYPE_CHECKING:
     from ray.data import Dataset
