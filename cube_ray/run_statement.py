@@ -32,8 +32,8 @@ from cube_ray.cpu_time import (
     sum_stages,
 )
 from cube_ray.engines.embedded import cpu_dtype, is_converted
+from cube_ray.engines.identity import engine_id
 from cube_ray.errors import ConfigError
-from cube_ray.pipeline.engine_pool import engine_id
 from cube_ray.pipeline.method import QUALIFICATION
 from cube_ray.plan import PlanRow, engine_label, plan_run
 

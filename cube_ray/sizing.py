@@ -25,6 +25,7 @@ import polars as pl
 from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.engines.config import PriceConfig
+from cube_ray.engines.identity import engine_id
 from cube_ray.errors import InputError
 from cube_ray.manifest import MANIFEST, Manifest
 from cube_ray.sample import load_strata, read_sample
@@ -263,9 +264,6 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     Tokens come from the tables (rows of the current sample), speed from the
     last invocation's engine busy seconds over the tokens it wrote.
     """
-    # lazy: loads pandas, which importing sizing does not
-    from cube_ray.pipeline.engine_pool import engine_id
-
     root = Path(run_dir)
     manifest = Manifest.load(root)
     answers = read_answers(root / "answers")

@@ -26,9 +26,10 @@ from typing import Any
 
 from cube_ray.config import RunConfig
 from cube_ray.console import console
+from cube_ray.engines.identity import engine_id
 from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps
-from cube_ray.pipeline.engine_pool import EnginePools, engine_id
+from cube_ray.pipeline.engine_pool import EnginePools
 from cube_ray.pipeline.intake import Intake
 from cube_ray.pipeline.method import (
     ANSWERS,

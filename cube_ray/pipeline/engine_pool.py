@@ -24,8 +24,6 @@ docs/pipeline.md says why this design.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 import uuid
@@ -44,7 +42,7 @@ from cube_ray.engines.base import (
     ScoreResult,
 )
 from cube_ray.engines.embedded import is_converted
-from cube_ray.engines.identity import identity_fields
+from cube_ray.engines.identity import engine_id
 from cube_ray.engines.registry import build_engine
 from cube_ray.engines.threads import apply_engine_threads
 from cube_ray.pipeline import heap
@@ -60,41 +58,10 @@ __all__ = [
 
 HOST_UNAVAILABLE_RETRIES = 12
 """Times a batch is sent again to a host Ray is restarting (about 100 s)."""
-PER_REQUEST_POOL = frozenset({"batch_size"})
-"""Pool fields that size requests, not the pool."""
 START_QUIET_S = 3.0
 """An engine ready within this many seconds starts without a console line."""
 START_PROGRESS_S = 15.0
 """Seconds between the console lines of an engine that is still starting."""
-
-
-def engine_id(config: Any) -> str:
-    """Name of an engine pool: its model and a hash of its load settings.
-
-    The engine's identity (:func:`cube_ray.engines.identity.identity_fields`)
-    and the pool's sizes: configs that differ only in ``sampling``,
-    ``score_mode``, ``price_per_mtok`` or ``pool.batch_size`` name one pool.
-
-    >>> from cube_ray.engines.config import FakeEngineConfig
-    >>> a = FakeEngineConfig(name="m", score_mode="argmax")
-    >>> b = FakeEngineConfig(name="m", score_mode="expected")
-    >>> engine_id(a) == engine_id(b), engine_id(a) == engine_id(FakeEngineConfig(name="n"))
-    (True, False)
-    >>> engine_id(a).split("-")[0]
-    'fake:m'
-    """  # noqa: E501
-    data = identity_fields(config)
-    pool = config.model_dump(mode="json", include={"pool"}).get("pool") or {}
-    data["pool"] = {k: v for k, v in pool.items() if k not in PER_REQUEST_POOL}
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-    model = (
-        getattr(config, "served_name", None)
-        or getattr(config, "model", None)
-        or getattr(config, "name", None)
-        or config.backend
-    )
-    short = str(model).rstrip("/").rsplit("/", 1)[-1]
-    return f"{config.backend}:{short}-{digest[:8]}"
 
 
 # --- in the engine host actor -----------------------------------------------------
