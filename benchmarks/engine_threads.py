@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cube_ray.engines.base import SamplingParams
 from cube_ray.engines.config import PoolConfig, VllmEngineConfig
+from cube_ray.engines.identity import engine_id
 from cube_ray.engines.registry import build_engine
-from cube_ray.pipeline.engine_pool import EnginePools, engine_id
+from cube_ray.pipeline.engine_pool import EnginePools
 from tests.tiny_model import build_tiny_model, training_lines
 
 ENV = {

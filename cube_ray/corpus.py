@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cube_ray import schema
-from cube_ray.config import CorpusConfig
+from cube_ray.config import CorpusConfig, FieldConfig
 from cube_ray.errors import InputError, Place
 from cube_ray.language import detect_language
 
@@ -115,8 +115,6 @@ def record_to_document(
     """
     fields = cfg.fields
     if not fields:
-        from cube_ray.config import FieldConfig
-
         fields = [FieldConfig(name=k) for k in record if k != cfg.id_field]
     lines = []
     first_value: str | None = None

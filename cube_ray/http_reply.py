@@ -32,6 +32,7 @@ import concurrent.futures
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -85,8 +86,6 @@ def http_url_problem(url: str) -> str | None:
     >>> http_url_problem("//127.0.0.1:8000/v1")
     'it has no scheme'
     """
-    from urllib.parse import urlsplit
-
     if url.startswith("${"):
         return None
     try:
@@ -152,6 +151,7 @@ def fetch(
         asyncio.TimeoutError: The deadline passed.
         httpx.HTTPError: Transport errors, httpx timeouts, undecodable bodies.
     """
+    # optional: httpx (the http extra), only once a client is built
     import httpx
 
     check_http_url(url, field="url")

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cube_ray.language import detect_language
+
 __all__ = [
     "MAX_SHIFT",
     "PATTERNS",
@@ -149,8 +151,6 @@ def pattern_language(text: str) -> str:
     >>> pattern_language("护照要多久?"), pattern_language("How long?")
     ('zh', 'en')
     """
-    from cube_ray.language import detect_language
-
     return detect_language([text])
 
 

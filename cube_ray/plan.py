@@ -22,9 +22,10 @@ from cube_ray.env import url_host as _host
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION_SCORES, stage_graph
 from cube_ray.prompts import load_template
-from cube_ray.protocols import PROTOCOLS
+from cube_ray.protocols import PROTOCOLS, calls_per_answer, checklist
 from cube_ray.stages import AnswerStage, QuestionStage, SystemStage
 from cube_ray.stages.qualify import FaultStage
+from cube_ray.systems import load_question_file
 from cube_ray.systems.kinds import system_kind
 
 __all__ = [
@@ -293,8 +294,6 @@ def judge_cost(
         question_material: Gold documents and questions of those, summed.
         protocol: Price this protocol instead of the engine's own.
     """
-    from cube_ray.protocols import calls_per_answer, checklist
-
     protocol = str(protocol or getattr(engine, "protocol", "score"))
     rubrics = config.rubrics()
     tpl = _tpl_tokens(config.prompts.judge_template(protocol))
@@ -329,8 +328,6 @@ def judge_cost(
 
 def _has_items(config: RunConfig) -> bool:
     """Whether every rubric of the run lists items (protocol ``checklist``)."""
-    from cube_ray.protocols import checklist
-
     try:
         for d, r in config.rubrics().items():
             checklist(r, dimension=d)
@@ -373,8 +370,6 @@ def format_protocols(rows: list[PlanRow]) -> list[str]:
 
 def _question_frame(config: RunConfig, limit: int | None) -> Any:
     """The question file's rows (the first ``limit``), read once per plan."""
-    from cube_ray.systems import load_question_file
-
     q = config.questions
     assert q.path is not None
     frame = load_question_file(
@@ -439,6 +434,7 @@ def format_plan(rows: list[PlanRow]) -> str:
     if compared:
         lines += ["", *compared]
     if rows:
+        # lazy: loads polars, which importing plan does not
         from cube_ray.sizing import format_costs
 
         questions = max(r.calls for r in rows if r.stage.startswith("answers:"))

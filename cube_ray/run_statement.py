@@ -32,6 +32,8 @@ from cube_ray.cpu_time import (
     stage_seconds,
     sum_stages,
 )
+from cube_ray.engines.embedded import cpu_dtype, is_converted
+from cube_ray.engines.identity import engine_id
 from cube_ray.errors import ConfigError
 from cube_ray.pipeline.method import QUALIFICATION
 from cube_ray.plan import PlanRow, engine_label, plan_run
@@ -66,8 +68,6 @@ class CpuInfo:
 
 def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
     """The CPU's model name, the cores this process may use, bfloat16 support."""
-    from cube_ray.engines.embedded import cpu_dtype
-
     model = "this CPU"
     try:
         for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -133,8 +133,6 @@ def _params_of(model: Path) -> int | None:
 def _needs_conversion(engine: Any) -> bool:
     if engine.backend != "embedded":
         return False
-    from cube_ray.engines.embedded import is_converted
-
     return not is_converted(engine)
 
 
@@ -146,8 +144,6 @@ def estimate_run(
     None when no stage runs on a local CPU engine (API, GPU or HTTP engines
     only): their speed is not this machine's.
     """
-    from cube_ray.pipeline.engine_pool import engine_id
-
     stages: list[tuple[str, float]] = []
     missing: list[str] = []
     started: dict[str, CpuSpeed] = {}

@@ -24,8 +24,13 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.config import RunConfig
+from cube_ray.engines.config import PriceConfig, engine_price
+from cube_ray.engines.identity import engine_id
 from cube_ray.errors import InputError
 from cube_ray.manifest import MANIFEST, Manifest
+from cube_ray.sample import load_strata, read_sample
+from cube_ray.systems.kinds import system_kind
+from cube_ray.tables import read_answers, read_scores
 
 __all__ = [
     "COST_KEYS",
@@ -125,9 +130,9 @@ def _pilot(run_dir: str | Path) -> tuple[Any, int, Any]:
     Raises:
         InputError: The run has no summary or no tables.
     """
+    # lazy: loads cube_ray.aggregate (scipy, polars), which importing sizing does not
     from cube_ray.aggregate import headline_intervals
     from cube_ray.report import load_run
-    from cube_ray.sample import load_strata
 
     run = load_run(run_dir)  # rows of the run's current sample only
     if run.answers is None or run.scores is None or not run.systems:
@@ -229,8 +234,6 @@ class EngineUse:
 
 def _stage_engines(config: RunConfig) -> dict[str, Any]:
     """Stage label -> the engine config it calls (the method's stage graph)."""
-    from cube_ray.systems.kinds import system_kind
-
     stages: dict[str, Any] = {
         "questions": config.generator,
         "answers:bounds": config.generator,
@@ -261,11 +264,6 @@ def measured_uses(run_dir: str | Path, config: RunConfig) -> list[EngineUse]:
     Tokens come from the tables (rows of the current sample), speed from the
     last invocation's engine busy seconds over the tokens it wrote.
     """
-    from cube_ray.engines.config import engine_price
-    from cube_ray.pipeline.engine_pool import engine_id
-    from cube_ray.sample import load_strata
-    from cube_ray.tables import read_answers, read_scores
-
     root = Path(run_dir)
     manifest = Manifest.load(root)
     answers = read_answers(root / "answers")
@@ -389,8 +387,6 @@ def plan_sample(
     (``corpus``: ``corpus_size``, else the sample's population, else the
     run's documents).
     """
-    from cube_ray.sample import read_sample
-
     config = run_config(run_dir, config_path)
     widths = pilot_half_width(run_dir)
     flat = [w for w in widths if w.half_width is not None and w.half_width < NO_SPREAD]

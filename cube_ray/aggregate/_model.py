@@ -32,6 +32,7 @@ from pydantic import (
 
 from cube_ray.config import AggregateOptions
 from cube_ray.errors import InputError
+from cube_ray.files import write_atomic
 
 __all__ = [
     "BOUNDS_NOT_SEPARATED",
@@ -542,8 +543,6 @@ class Summary(_Model):
 
     def write(self, path: str | Path) -> Path:
         """Write ``summary.json`` atomically (a reader never sees half a file)."""
-        from cube_ray.files import write_atomic
-
         return write_atomic(path, self.to_json())
 
     @classmethod

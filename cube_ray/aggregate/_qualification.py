@@ -43,7 +43,7 @@ from cube_ray.aggregate._resample import (
 )
 from cube_ray.aggregate._separation import MIN_NONZERO_PAIRS, wilcoxon_greater
 from cube_ray.aggregate._weights import resolve_weights
-from cube_ray.qualification import CONTROL_SUFFIX, is_control
+from cube_ray.qualification import CONTROL_SUFFIX, STATUS_NO_CONTROL, is_control
 
 __all__ = [
     "FALSE_ALARM",
@@ -241,8 +241,6 @@ def _empty(skipped: int, no_control: int) -> dict[str, Any]:
 
 def _counts(faults: pl.DataFrame) -> dict[str, tuple[int, int]]:
     """Fault kind -> (pairs not built, of which faults with no control)."""
-    from cube_ray.qualification import STATUS_NO_CONTROL
-
     kind = pl.col(FAULT_KIND).cast(pl.String)
     status = pl.col(schema.STATUS).cast(pl.String)
     table = (

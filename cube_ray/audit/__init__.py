@@ -14,6 +14,7 @@ from cube_ray.audit._draw import (
     row_id,
     rubric_short,
     score_header,
+    score_text,
     shuffled_sets,
 )
 from cube_ray.audit._import import HUMAN_FILE, Imported, find_key, import_sheet
@@ -45,6 +46,7 @@ __all__ = [
     "row_id",
     "rubric_short",
     "score_header",
+    "score_text",
     "sheet_paths",
     "shuffled_sets",
     "write_worksheet",

@@ -8,9 +8,9 @@ from typing import Final, Literal
 
 from pydantic import Field, ValidationError
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.errors import InputError
 from cube_ray.files import write_atomic as _write_file
+from cube_ray.pydantic_base import StrictModel
 
 ROW: Final = "row"
 """Heading of the worksheet's row-id column, the one column the import matches rows by

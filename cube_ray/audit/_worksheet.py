@@ -27,8 +27,10 @@ from cube_ray.audit._draw import (
 from cube_ray.audit._key import ROW, AuditKey, KeyDimension, KeyRow, write_atomic
 from cube_ray.audit._xlsx import EXTRA, have_openpyxl, write_xlsx
 from cube_ray.credentials import recorded_secrets, redact_all
-from cube_ray.errors import InputError
+from cube_ray.errors import CubeRayError, InputError
+from cube_ray.language import detect_language
 from cube_ray.manifest import MANIFEST, Manifest
+from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
 from cube_ray.sample import STRATUM, load_strata, read_sample
 
 __all__ = [
@@ -328,8 +330,8 @@ def _rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
     made elsewhere) gets the scores table's dimensions with the packaged
     rubrics in the documents' language.
     """
+    # lazy: loads yaml, which importing _worksheet does not
     from cube_ray.config import RunConfig
-    from cube_ray.errors import CubeRayError
 
     manifest = root / MANIFEST
     why = "the run dir records no config"
@@ -348,8 +350,6 @@ def _rubrics(root: Path, texts: Any) -> tuple[list[tuple[str, str]], str]:
 def _default_rubrics(
     root: Path, texts: Any, *, why: str
 ) -> tuple[list[tuple[str, str]], str]:
-    from cube_ray.language import detect_language
-    from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
 
     files = _need(root, "scores", "the dimensions to score")
     found = (

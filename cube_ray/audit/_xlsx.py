@@ -303,6 +303,7 @@ def write_xlsx(
     Raises:
         ImportError: ``openpyxl`` is not installed.
     """
+    # optional: openpyxl (the report extra), only for a .xlsx file
     from openpyxl import Workbook
     from openpyxl.comments import Comment
     from openpyxl.styles import Alignment, Font
@@ -458,6 +459,7 @@ def read_xlsx(path: Path) -> SheetCells:
             readable workbook.
     """
     try:
+        # optional: openpyxl (the report extra), only for a .xlsx file
         import openpyxl
     except ImportError:
         msg = (
@@ -555,6 +557,7 @@ def _scan_parts(path: Path) -> dict[str, _Part]:
 
 def _scan(path: Path, name: str, stream: Any, sheet: bool) -> _Part:
     """One part unpacked in chunks: its size bounded; a sheet's tags read."""
+    # optional: openpyxl (the report extra), only for a .xlsx file
     from openpyxl.utils.cell import column_index_from_string, range_boundaries
 
     size = rows = last_row = columns = 0

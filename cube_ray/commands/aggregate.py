@@ -27,14 +27,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from cube_ray.aggregate import (
     DEFAULT_INTERVAL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     INTERVAL_METHODS,
+    WeightsError,
+    incomplete_reasons,
+    summarize,
+    with_calibration,
+    with_intervals,
 )
-from cube_ray.config import AggregateOptions
+from cube_ray.config import AggregateOptions, RunConfig
+from cube_ray.errors import INCOMPLETE_EXIT_CODE, ConfigError, InputError
 from cube_ray.manifest import MANIFEST, Manifest
+from cube_ray.report import calibrated_lines, read_human_ratings
+from cube_ray.run_lock import writing_into
+from cube_ray.sample import load_strata
+from cube_ray.tables import read_answers, read_scores
 
 __all__ = ["parse_k", "register", "run"]
 
@@ -175,8 +187,6 @@ def parse_k(text: str) -> int | dict[str, int]:
         >>> parse_k("8"), parse_k("rag@a=4, rag@b=8")
         (8, {'rag@a': 4, 'rag@b': 8})
     """
-    from cube_ray.errors import ConfigError
-
     try:
         if "=" not in text:
             return int(text)
@@ -190,7 +200,6 @@ def parse_k(text: str) -> int | dict[str, int]:
 
 
 def _load_weights(value: Any) -> Any:
-    from cube_ray.errors import InputError
 
     if isinstance(value, dict):  # the run's own weights (manifest.json)
         return value
@@ -223,11 +232,6 @@ def _load_weights(value: Any) -> Any:
 
 
 def _options(args: argparse.Namespace, weights: Any) -> Any:
-    from pydantic import ValidationError
-
-    from cube_ray.aggregate import AggregateOptions
-    from cube_ray.errors import ConfigError, InputError
-
     try:
         return AggregateOptions(
             k=parse_k(args.k),
@@ -261,7 +265,6 @@ def run(args: argparse.Namespace) -> int:
         parser.error("give either RUN_DIR or --answers and --scores, not both")
     if not args.run_dir and not (args.answers and args.scores):
         parser.error("give RUN_DIR, or both --answers PATH and --scores PATH")
-    from cube_ray.run_lock import writing_into
 
     # The run dir's lock: no run writes its tables while they are summarised.
     with writing_into(args.run_dir):
@@ -269,9 +272,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _aggregate(args: argparse.Namespace) -> int:
-    from cube_ray.aggregate import WeightsError, summarize, with_intervals
-    from cube_ray.errors import ConfigError, InputError
-    from cube_ray.tables import read_answers, read_scores
 
     if args.run_dir:
         run_dir = Path(args.run_dir)
@@ -293,8 +293,8 @@ def _aggregate(args: argparse.Namespace) -> int:
     strata = None
     try:
         if args.run_dir:  # the summary the run writes (see summarize_tables)
+            # lazy: loads pandas; --help imports every command module
             from cube_ray.pipeline.run import summarize_tables
-            from cube_ray.sample import load_strata
 
             summary, answers, scores = summarize_tables(
                 Path(args.run_dir),
@@ -326,7 +326,6 @@ def _aggregate(args: argparse.Namespace) -> int:
     )
     if args.human is not None:
         summary = _calibrated(args, summary, answers, scores, strata)
-        from cube_ray.report._calibrated import calibrated_lines
 
         for line in calibrated_lines(summary):
             print(line, file=sys.stderr)
@@ -335,8 +334,6 @@ def _aggregate(args: argparse.Namespace) -> int:
     else:
         summary.write(out)
         print(f"wrote {out}", file=sys.stderr)
-    from cube_ray.aggregate import incomplete_reasons
-    from cube_ray.errors import INCOMPLETE_EXIT_CODE
 
     # Failed answers left a set empty: the summary is written, with the
     # verdict a run gives (CUBE_METHOD.md section 10), and the exit code says
@@ -351,10 +348,6 @@ def _calibrated(
     args: argparse.Namespace, summary: Any, answers: Any, scores: Any, strata: Any
 ) -> Any:
     """``summary`` with the judges' CuBE calibrated by the ``--human`` audit."""
-    from cube_ray.aggregate import with_calibration
-    from cube_ray.errors import ConfigError
-    from cube_ray.report._human import read_human_ratings
-
     if args.resamples < 2:
         raise ConfigError(
             f"--human needs the bootstrap (--resamples >= 2), got --resamples "
@@ -380,7 +373,6 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def _check_run_dir(run_dir: Path) -> None:
-    from cube_ray.errors import ConfigError
 
     if run_dir.is_dir():
         return
@@ -394,7 +386,6 @@ def _check_run_dir(run_dir: Path) -> None:
 
 
 def _check_out(out: str) -> None:
-    from cube_ray.errors import ConfigError
 
     if out != "-" and Path(out).is_dir():
         msg = (
@@ -463,11 +454,6 @@ def _run_config(run_dir: Path) -> Any:
     a model with a writer. A config that no longer validates (written by
     another version) costs those blocks only: one line says so.
     """
-    from pydantic import ValidationError
-
-    from cube_ray.config import RunConfig
-    from cube_ray.errors import ConfigError
-
     manifest = run_dir / MANIFEST
     config = _recorded_config(run_dir)
     if config is None:

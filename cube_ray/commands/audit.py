@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cube_ray.errors import ConfigError
+from cube_ray.run_lock import writing_into
+
 __all__ = ["register", "run"]
 
 
@@ -56,9 +59,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write a worksheet or import a filled one; print what was written."""
-    from cube_ray.errors import ConfigError
-    from cube_ray.run_lock import writing_into
-
     if args.filled is None:
         if args.key is not None:
             raise ConfigError("--key goes with --import FILLED, not --size")
@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _draw(args: argparse.Namespace) -> int:
+    # lazy: loads polars, pyarrow, pydantic; --help imports every command module
     from cube_ray.audit import write_worksheet
-    from cube_ray.errors import ConfigError
 
     if args.size < 1:
         raise ConfigError(f"--size must be >= 1 question, got {args.size}")
@@ -107,6 +107,7 @@ def _draw(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    # lazy: loads polars, pyarrow, pydantic; --help imports every command module
     from cube_ray.audit import import_sheet
 
     done = import_sheet(

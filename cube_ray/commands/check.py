@@ -18,9 +18,14 @@ otherwise.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from cube_ray.console import quiet_console
+from cube_ray.errors import InputError
 
 __all__ = ["check_command", "probe_systems", "register", "run_preflight"]
 
@@ -49,12 +54,10 @@ def run_preflight(config: Any, *, run_dir: Path, address: str | None) -> None:
     "Started a local Ray instance") go to a log file, not the console, as in
     a run; the file is removed unless connecting failed (then it is named).
     """
-    import shutil
-    import tempfile
-
+    # heavy: ray, imported only where this code uses it
     import ray
 
-    from cube_ray.console import quiet_console
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.pipeline import connect_ray
     from cube_ray.preflight import preflight
 
@@ -80,6 +83,7 @@ def _say(text: str) -> None:
 
 def check_command(args: argparse.Namespace) -> int:
     """Validate the config, then run the preflight against the cluster."""
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
 
     config = RunConfig.from_yaml(args.config)
@@ -97,11 +101,13 @@ def _probe_questions(config: Any, n: int = 2) -> list[tuple[str, str, str]]:
 
     The question file's first rows, else the first documents' titles.
     """
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray import schema
     from cube_ray.corpus import iter_document_batches
 
     q = config.questions
     if q.source == "file" and q.path:
+        # lazy: loads pyarrow, pydantic; --help imports every command module
         from cube_ray.systems import load_question_file
 
         frame = load_question_file(
@@ -126,6 +132,7 @@ def _probe_questions(config: Any, n: int = 2) -> list[tuple[str, str, str]]:
 
 def _answer_fix(reply: Any, path: str) -> str:
     """Why ``answer_path`` read no text from ``reply``, and the path that would."""
+    # lazy: loads pyarrow, pydantic; --help imports every command module
     from cube_ray.systems.http import resolve_path
     from cube_ray.systems.reply_paths import longest_text_path, top_keys
 
@@ -150,6 +157,7 @@ def _answer_fix(reply: Any, path: str) -> str:
 
 def _ids_fix(reply: Any, path: str, corpus_ids: set[str]) -> str:
     """Where the reply keeps the corpus ids, if anywhere, as a fix."""
+    # lazy: loads pyarrow, pydantic; --help imports every command module
     from cube_ray.systems.reply_paths import id_path, top_keys
 
     found = id_path(reply, corpus_ids)
@@ -178,9 +186,9 @@ def probe_systems(config: Any, *, say: Any) -> None:
             answer and the ids, and the path in the reply that would be right
             (:mod:`cube_ray.systems.reply_paths`) with its top-level keys.
     """
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray import schema
     from cube_ray.corpus import iter_document_batches
-    from cube_ray.errors import InputError
     from cube_ray.systems.base import QuestionIn
     from cube_ray.systems.config import HttpSystemConfig
     from cube_ray.systems.http import HttpSystem
@@ -239,6 +247,7 @@ def probe_systems(config: Any, *, say: Any) -> None:
             and len(texts) == 1
             and len(next(iter(texts))) <= SHORT_ANSWER
         ):
+            # lazy: loads pyarrow, pydantic; --help imports every command module
             from cube_ray.systems.reply_paths import longest_text_path
 
             better = longest_text_path(http.last_reply)

@@ -40,9 +40,13 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cube_ray.report._deps import require_report_deps
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
+    from cube_ray.report import require_report_deps
 
     require_report_deps()
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.report import write_comparison
 
     lines: list[str] = []  # printed after the page's path

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cube_ray.errors import ConfigError, CubeRayError
+from cube_ray.prompts import default_rubric, fresh_nonce, render_judge
 
 __all__ = ["check_engines", "load_engine_configs", "register"]
 
@@ -78,9 +79,11 @@ def load_engine_configs(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: Unreadable file, no engines, or an invalid engine entry.
     """
+    # lazy: loads yaml, pydantic; --help imports every command module
     import yaml
     from pydantic import TypeAdapter, ValidationError
 
+    # lazy: loads pydantic; --help imports every command module
     from cube_ray.engines.config import JudgeConfig
 
     p = Path(path)
@@ -141,9 +144,9 @@ def check_engines(
     configs: dict[str, Any], *, mode: str | None = None
 ) -> list[dict[str, Any]]:
     """Build each engine, ask one score, close it; one result dict per engine."""
+    # lazy: loads pydantic; --help imports every command module
     from cube_ray.engines.base import ItemJudge, JudgeItem
     from cube_ray.engines.registry import build_engine
-    from cube_ray.prompts import default_rubric, fresh_nonce, render_judge
 
     prompt = render_judge(
         SAMPLE_DOCUMENT,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cube_ray.errors import ConfigError
+from cube_ray.files import write_atomic
 
 __all__ = ["EXIT_JUDGE_FAILED", "format_results", "register"]
 
@@ -30,6 +31,8 @@ EXIT_JUDGE_FAILED = 1
 
 def register(subparsers: Any) -> None:
     """Add ``judges`` (with its ``check`` subcommand) to the CLI."""
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.judge_check import DEFAULT_SAMPLE
 
     parser = subparsers.add_parser(
@@ -201,6 +204,7 @@ def _cell(test: dict[str, Any]) -> str:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
     from cube_ray.corpus import with_prompt_language
     from cube_ray.judge_check import check_judges
@@ -226,8 +230,6 @@ def _run_check(args: argparse.Namespace) -> int:
     results["config"] = str(args.config)
     print(format_results(results), flush=True)
     if args.json is not None:
-        from cube_ray.files import write_atomic
-
         write_atomic(
             args.json, json.dumps(results, ensure_ascii=False, indent=1) + "\n"
         )

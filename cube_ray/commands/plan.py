@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cube_ray.errors import ConfigError
+from cube_ray.files import write_atomic
+
 __all__ = ["register", "run"]
 
 
@@ -64,7 +67,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan from the pilot; print the plan (and write ``--json``)."""
-    from cube_ray.errors import ConfigError
+    # lazy: loads polars, pyarrow, pydantic; --help imports every command module
     from cube_ray.sizing import HALF_WIDTH_RANGE, format_sample_plan, plan_sample
 
     low, high = HALF_WIDTH_RANGE
@@ -88,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
     print(format_sample_plan(plan, half_width=args.half_width))
     if args.json:
         path = Path(args.json)
-        from cube_ray.files import write_atomic
 
         write_atomic(path, json.dumps(plan, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {path}")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from cube_ray.errors import ConfigError
+from cube_ray.run_lock import writing_into
 
 __all__ = ["register"]
 
@@ -48,6 +52,8 @@ def register(subparsers: Any) -> None:
 
 def add_interval_argument(parser: Any) -> None:
     """``--interval percentile|bca`` (shared by ``report`` and ``compare``)."""
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.aggregate import DEFAULT_INTERVAL, INTERVAL_METHODS
 
     parser.add_argument(
@@ -62,13 +68,16 @@ def add_interval_argument(parser: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cube_ray.report._deps import require_report_deps
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
+    from cube_ray.report import require_report_deps
 
     require_report_deps()
+    # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help imports
+    # every command module
     from cube_ray.report import write_report
 
     _check_paths(args.run_dir, args.out_dir)
-    from cube_ray.run_lock import writing_into
 
     with writing_into(args.run_dir):
         return _write(args, write_report)
@@ -99,10 +108,6 @@ def _check_paths(run_dir: str, out_dir: str | None) -> None:
     Raises:
         ConfigError: Naming the argument, what it is and what is expected.
     """
-    from pathlib import Path
-
-    from cube_ray.errors import ConfigError
-
     run = Path(run_dir)
     if run.exists() and not run.is_dir():  # a missing one: write_report says so
         msg = (

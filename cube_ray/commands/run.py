@@ -7,6 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cube_ray.commands.check import run_preflight
+from cube_ray.console import console
+from cube_ray.errors import INCOMPLETE_EXIT_CODE, ConfigError, CubeRayError
+
 __all__ = ["check_out_dir", "dry_run_checks", "register", "run_command"]
 
 
@@ -99,8 +103,8 @@ def register(subparsers: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Load the config, then plan (``--dry-run``) or run the pipeline."""
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
-    from cube_ray.errors import ConfigError
 
     config = RunConfig.from_yaml(args.config)
     if args.limit is not None and args.limit < 1:
@@ -111,6 +115,7 @@ def run_command(args: argparse.Namespace) -> int:
     config = _sized(config, args)
     if args.dry_run:
         dry_run_checks(config, run_dir, update=args.update)
+        # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
         from cube_ray.plan import (
             file_uses,
             format_env_uses,
@@ -124,17 +129,17 @@ def run_command(args: argparse.Namespace) -> int:
         print(format_file_uses(file_uses(config)))
         _state_work(config, args)
         if args.address:
-            from cube_ray.commands.check import run_preflight
-
             run_preflight(config, run_dir=run_dir, address=args.address)
         return 0
-    from cube_ray.errors import CubeRayError
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.pipeline import RunOptions, run_pipeline
     from cube_ray.preflight import check_env
 
     check_env(config)  # an unset variable fails before Ray starts
     if args.human is not None:  # a bad file fails before Ray starts
-        from cube_ray.report._human import read_human_ratings
+        # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help
+        # imports every command module
+        from cube_ray.report import read_human_ratings
 
         read_human_ratings(args.human)
 
@@ -167,6 +172,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
     headline = result.headline
     if not headline and result.summary_path is not None:  # no report: no interval
+        # lazy: loads cube_ray.aggregate (scipy, polars), pyarrow, pydantic; --help
+        # imports every command module
         from cube_ray.report import console_lines, load_run
 
         headline = console_lines(load_run(result.run_dir, tables=False))
@@ -187,8 +194,6 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"logs:     {result.log_path} (vLLM and Ray output; --verbose shows it)")
     sys.stdout.flush()
     if result.incomplete:
-        from cube_ray.errors import INCOMPLETE_EXIT_CODE
-
         # Every stage ran, but failed answers left a set empty: say so last,
         # with the rerun that completes the run.
         for system, reason in result.incomplete.items():
@@ -208,7 +213,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _sized(config: Any, args: argparse.Namespace) -> Any:
     """The config with ``--sample-size`` or ``--fit-minutes`` applied."""
-    from cube_ray.errors import ConfigError
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.run_statement import cpu_info, fit_sample, with_sample_size
 
     for flag, value in (
@@ -230,7 +235,7 @@ def _sized(config: Any, args: argparse.Namespace) -> Any:
 
 def _state_work(config: Any, args: argparse.Namespace) -> None:
     """Say the run's work, its time on this CPU and how to shorten it."""
-    from cube_ray.console import console
+    # lazy: loads pandas, pyarrow, pydantic; --help imports every command module
     from cube_ray.run_statement import cpu_info, run_statement
 
     try:
@@ -255,8 +260,6 @@ def check_out_dir(run_dir: Path, *, flag: str = "--out") -> None:
     Raises:
         ConfigError: ``run_dir`` (or a folder above it) is a file.
     """
-    from cube_ray.errors import ConfigError
-
     for path in (run_dir, *run_dir.parents):
         if path.exists() and not path.is_dir():
             what = "is" if path == run_dir else f"is inside {str(path)!r}, which is"
@@ -280,6 +283,7 @@ def dry_run_checks(config: Any, run_dir: Path, *, update: bool = False) -> None:
     Raises:
         ConfigError, ClusterError, InputError: As the run would (exit 2).
     """
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.corpus import with_prompt_language
     from cube_ray.pipeline.ownership import check_config_owner
     from cube_ray.preflight import check_env

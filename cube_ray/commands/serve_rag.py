@@ -18,6 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cube_ray.env import prompt_key
+from cube_ray.errors import ConfigError
+from cube_ray.prompts import derive_nonce
+
 __all__ = ["register", "serve_rag"]
 
 log = logging.getLogger(__name__)
@@ -56,8 +60,10 @@ def register(subparsers: Any) -> None:
 
 def _documents_dir(config: Any, *, limit: int | None) -> Path:
     """Write the corpus as documents under the output dir (once per content)."""
+    # lazy: loads pyarrow; --help imports every command module
     import pyarrow.parquet as pq
 
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.corpus import iter_document_batches
 
     out = Path(config.output_dir) / "serve_rag" / "documents"
@@ -73,11 +79,9 @@ def _documents_dir(config: Any, *, limit: int | None) -> Path:
 
 def serve_rag(args: argparse.Namespace) -> int:
     """Build the system and serve it until interrupted."""
+    # lazy: loads pyarrow, pydantic, yaml; --help imports every command module
     from cube_ray.config import RunConfig
     from cube_ray.corpus import with_prompt_language
-    from cube_ray.env import prompt_key
-    from cube_ray.errors import ConfigError
-    from cube_ray.prompts import derive_nonce
     from cube_ray.systems import BuiltinRagSystemConfig, build_system
     from cube_ray.systems.serve import make_server
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.errors import ConfigError
+from cube_ray.pydantic_base import StrictModel
 
 __all__ = ["CorpusConfig", "FieldConfig", "QuestionsConfig", "SampleConfig"]
 

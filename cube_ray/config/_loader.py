@@ -7,6 +7,7 @@ so a config works the same from any working directory (and under
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,6 @@ def _is_template_path(value: Any) -> bool:
         return False
     if value.endswith(".txt") or value.startswith(("~", ".", "/")):
         return True
-    from importlib import resources
 
     packaged = resources.files("cube_ray.prompts").joinpath(f"templates/{value}.txt")
     return ("/" in value or "\\" in value) and not packaged.is_file()

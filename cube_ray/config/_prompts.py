@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.language import Language
 from cube_ray.prompts import check_template, packaged_name
+from cube_ray.pydantic_base import StrictModel
 
 __all__ = ["PromptsConfig"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from cube_ray._pydantic import StrictModel
+from cube_ray.pydantic_base import StrictModel
 
 __all__ = ["RayConfig"]
 

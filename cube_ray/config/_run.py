@@ -14,7 +14,6 @@ from typing import Any, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.config._corpus import CorpusConfig, QuestionsConfig, SampleConfig
 from cube_ray.config._loader import (
     _CROSS_PREFIX,
@@ -48,6 +47,7 @@ from cube_ray.errors import ConfigError
 from cube_ray.language import Language
 from cube_ray.prompts import check_template
 from cube_ray.protocols import checklist
+from cube_ray.pydantic_base import StrictModel
 from cube_ray.systems.config import SystemConfig
 from cube_ray.systems.kinds import system_kind
 

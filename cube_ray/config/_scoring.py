@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.errors import ConfigError
 from cube_ray.language import Language
 from cube_ray.prompts import DEFAULT_DIMENSIONS, default_rubric
+from cube_ray.pydantic_base import StrictModel
 from cube_ray.qualification import KINDS, FaultKind
 from cube_ray.systems.kinds.base import DEFAULT_K
 

@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.credentials import literal_credential, literal_in_url
 from cube_ray.http_reply import check_http_url
 from cube_ray.protocols import Baseline, JudgeProtocol
+from cube_ray.pydantic_base import StrictModel
 
 __all__ = [
     "ACCOUNTING_FIELDS",

@@ -21,6 +21,7 @@ template. The hub is never contacted: ``HF_HUB_OFFLINE=1`` is set in-process.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cube_ray.engines.config import VllmEngineConfig
+from cube_ray.engines.vllm import VllmEngine, apply_env
 from cube_ray.env import cache_dir
 from cube_ray.errors import EngineError, MissingDependencyError
 
@@ -177,7 +179,6 @@ def is_converted(config: EmbeddedEngineConfig | None = None) -> bool:
 
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as fh:
@@ -265,6 +266,7 @@ def assemble_parts(
 
 def _convert(gguf_path: Path, out: Path) -> None:
     try:
+        # heavy and optional (the local extra): only to convert the model
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -275,6 +277,7 @@ def _convert(gguf_path: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     kwargs: dict[str, Any] = {"gguf_file": name, "dtype": torch.bfloat16}
     try:  # transformers >= 5 keeps GGUF blocks packed unless told to dequantize
+        # heavy and optional (the local extra): only to convert the model
         from transformers import GgufConfig
 
         kwargs["quantization_config"] = GgufConfig(dequantize=True)
@@ -364,8 +367,6 @@ class EmbeddedEngine:
     @classmethod
     def from_config(cls, config: EmbeddedEngineConfig) -> VllmEngine:
         """Convert once if needed, then start vLLM (CPU) on the model."""
-        from cube_ray.engines.vllm import VllmEngine, apply_env
-
         apply_env(CPU_ENV)
         path = ensure_converted(config)
         # An instruction-tuned model: its chat template unless told otherwise.

@@ -67,6 +67,7 @@ def content_units(text: str, *, units: str = "bigrams") -> set[str]:
     >>> sorted(content_units("护照7个工作日"))
     ['7', '个工', '作日', '工作', '护照']
     """
+    # lazy: loads pyarrow, which importing reference does not
     from cube_ray.retrieval.tokenizer import char_bigrams, tokenize
 
     if units == "words":
@@ -132,6 +133,7 @@ def _coverage(item: JudgeItem, units: str) -> Measured | None:
 
 def _facts(item: JudgeItem, units: str) -> Measured:
     """The fact check's share, and which facts the document does not support."""
+    # lazy: loads pyarrow, which importing reference does not
     from cube_ray.facts import check_facts, facts_share
 
     facts = check_facts(item.answer, item.document, question=item.question)

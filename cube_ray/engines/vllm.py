@@ -142,6 +142,7 @@ class VllmEngine:
         """Start vLLM as ``config`` says (seconds to minutes: model load)."""
         apply_env(config.env)
         try:
+            # heavy: vllm (and torch), only in the engine's own process
             import vllm
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise MissingDependencyError(
@@ -192,6 +193,7 @@ class VllmEngine:
         return ids
 
     def _run(self, token_ids: Sequence[list[int]], params: Any) -> list[Any]:
+        # heavy: vllm (and torch), only in the engine's own process
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in token_ids]
@@ -204,6 +206,7 @@ class VllmEngine:
         self, prompts: Sequence[str], *, sampling: SamplingParams
     ) -> list[Generation]:
         """One completion per prompt; over-long prompts get ``prompt_too_long``."""
+        # heavy: vllm (and torch), only in the engine's own process
         from vllm import SamplingParams as VllmSamplingParams
 
         start = time.perf_counter()
@@ -245,6 +248,7 @@ class VllmEngine:
     # -- score --------------------------------------------------------------
 
     def _score_params(self, *, logprobs: bool, choices: Sequence[str]) -> Any:
+        # heavy: vllm (and torch), only in the engine's own process
         from vllm import SamplingParams as VllmSamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -363,6 +367,7 @@ class VllmEngine:
         (:func:`~cube_ray.engines._scoring.read_yes_no`); ``argmax`` takes
         the greedy word (1 or 0).
         """
+        # heavy: vllm (and torch), only in the engine's own process
         from vllm import SamplingParams as VllmSamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -417,6 +422,7 @@ class VllmEngine:
         reads each score position's logprobs
         (:func:`~cube_ray.engines._scoring.read_score_lines`).
         """
+        # heavy: vllm (and torch), only in the engine's own process
         from vllm import SamplingParams as VllmSamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 

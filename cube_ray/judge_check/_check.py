@@ -13,8 +13,9 @@ from typing import Any
 import pyarrow as pa
 
 from cube_ray import schema
-from cube_ray.aggregate import false_alarms, fault_misses
+from cube_ray.aggregate import MIN_NONZERO_PAIRS, false_alarms, fault_misses
 from cube_ray.config import RunConfig
+from cube_ray.engines import build_engine
 from cube_ray.engines.base import BorrowedEngine
 from cube_ray.engines.identity import engine_identity
 from cube_ray.errors import ConfigError, CubeRayError, EngineError
@@ -28,7 +29,9 @@ from cube_ray.judge_check._inputs import (
     _injection_cases,
     _judge_table,
 )
+from cube_ray.prompts import fresh_nonce
 from cube_ray.qualification import is_control
+from cube_ray.stages import JudgeStage
 
 DEFAULT_SAMPLE = 8
 """Documents in the bound sample by default (8 all-positive pairs give p = 0.004)."""
@@ -62,7 +65,6 @@ def _check_one(
     nonce: str,
     faults: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    from cube_ray.stages import JudgeStage
 
     dimensions = [d.name for d in config.dimensions]
     table = _judge_table(
@@ -159,10 +161,6 @@ def check_judges(
         ConfigError: Unknown judge or dimension, or a sample below 6.
         EngineError: The generator cannot be built or wrote no bound pair.
     """
-    from cube_ray.aggregate import MIN_NONZERO_PAIRS
-    from cube_ray.engines import build_engine
-    from cube_ray.prompts import fresh_nonce
-
     say = log or (lambda _line: None)
     if sample < MIN_NONZERO_PAIRS:
         msg = (
@@ -279,7 +277,6 @@ def _run_judge(
     say: Log,
     faults: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    from cube_ray.engines import build_engine
 
     engine_config = config.judges[name]
     n_faults = sum(f[schema.STATUS] == schema.STATUS_OK for f in faults)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import polars as pl
+
 from cube_ray import schema
 from cube_ray.aggregate import (
     FALSE_ALARM,
@@ -17,12 +19,16 @@ from cube_ray.aggregate import (
     NOT_SEPARATED,
     TOO_FEW_FAULTS,
     BoundsOptions,
+    fault_detection,
+    fixed_weights,
+    qualification_block,
     separated,
     trimmed_means,
     wilcoxon_greater,
 )
 from cube_ray.injection import MAX_SHIFT
 from cube_ray.judge_check._inputs import _FAULT
+from cube_ray.qualification import STATUS_NO_CONTROL, is_control
 
 MEAN = "mean"
 """Key of the equal-weighted mean over the dimensions in the bound results."""
@@ -49,15 +55,6 @@ def qualification(
     the fault's drop, the control's, the net drop, each with its interval;
     ``detected`` net of the control, ``false_alarm``).
     """
-    import polars as pl
-
-    from cube_ray.aggregate import (
-        fault_detection,
-        fixed_weights,
-        qualification_block,
-    )
-    from cube_ray.qualification import STATUS_NO_CONTROL, is_control
-
     cols = [
         schema.QUESTION_ID,
         schema.SYSTEM,
@@ -130,8 +127,6 @@ def separation(
     >>> separation([10.0] * 8, [10.0] * 8, options=BoundsOptions())["separated"]
     False
     """
-    import polars as pl
-
     n = len(zero)
     if n == 0:
         return {

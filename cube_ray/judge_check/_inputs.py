@@ -13,8 +13,20 @@ import pyarrow as pa
 
 from cube_ray import schema
 from cube_ray.config import RunConfig
+from cube_ray.corpus import iter_document_batches
 from cube_ray.engines.base import BorrowedEngine
 from cube_ray.injection import Case, apply_patterns
+from cube_ray.qualification import GoldDocument, fault_rows
+from cube_ray.stages import (
+    ANSWER_HASH,
+    DOC_HASH,
+    JUDGE_SOURCE,
+    AnswerStage,
+    QuestionStage,
+    answer_inputs,
+    judge_inputs,
+    question_inputs,
+)
 
 _FINGERPRINT = "judges-check"
 """Stands in for the run's config fingerprints in the stages' input hashes."""
@@ -25,7 +37,6 @@ _FAULT = "fault:"
 
 
 def _first_documents(config: RunConfig, n: int) -> pa.Table:
-    from cube_ray.corpus import iter_document_batches
 
     batches = list(iter_document_batches(config.corpus, batch_rows=n, limit=n))
     return pa.concat_tables(batches)
@@ -35,15 +46,6 @@ def _bound_rows(
     config: RunConfig, docs: pa.Table, engine: Any, *, nonce: str
 ) -> tuple[pa.Table, pa.Table]:
     """(questions, judge-ready bound rows) of ``docs``, written by ``engine``."""
-    from cube_ray.stages import (
-        ANSWER_HASH,
-        DOC_HASH,
-        JUDGE_SOURCE,
-        AnswerStage,
-        QuestionStage,
-        answer_inputs,
-        question_inputs,
-    )
 
     def lend(_config: Any) -> Any:
         return BorrowedEngine(engine)
@@ -110,8 +112,6 @@ def _fault_rows(config: RunConfig, rows: pa.Table) -> list[dict[str, Any]]:
     Every sampled document is a donor of the others' faults; kinds and seed
     come from the config's ``qualification`` section.
     """
-    from cube_ray.qualification import GoldDocument, fault_rows
-
     qual = config.qualification
     if qual is None:
         return []
@@ -153,8 +153,6 @@ def _judge_table(
     The bounds and the faulted answers are scored on every dimension, the
     injection set on one.
     """
-    from cube_ray.stages import ANSWER_HASH, DOC_HASH, judge_inputs
-
     fingerprints = dict.fromkeys(dimensions, _FINGERPRINT)
     bounds = judge_inputs(
         rows, judge=judge, fingerprints=fingerprints, dimensions=dimensions

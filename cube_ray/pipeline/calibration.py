@@ -12,6 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cube_ray.pipeline.method import ANSWERS, SCORES
+from cube_ray.pipeline.summary import current_rows
+
 if TYPE_CHECKING:
     from cube_ray.aggregate import Summary
     from cube_ray.config import RunConfig
@@ -32,10 +35,9 @@ def calibrate_run(
         InputError: The human file does not read, or names answers or
             dimensions the run does not have.
     """
+    # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage workers
     from cube_ray.aggregate import with_calibration
-    from cube_ray.pipeline.method import ANSWERS, SCORES
-    from cube_ray.pipeline.summary import current_rows
-    from cube_ray.report._human import read_human_ratings
+    from cube_ray.report import read_human_ratings
     from cube_ray.sample import in_run_sample, load_strata
     from cube_ray.tables import read_answers, read_scores
 

@@ -70,6 +70,7 @@ class Compaction:
         Returns the (materialised) rows to do and the keys among them that
         already have a row with another hash (stale rows to drop afterwards).
         """
+        # heavy: ray, imported only where this code uses it
         import ray
 
         done: set[str] = set()

@@ -156,6 +156,7 @@ def _run_tagged(stage: Any, batch: pa.Table) -> pa.Table:
     That is the node of the engine host that served the batch when the stage
     calls a shared engine pool, else this process's node.
     """
+    # heavy: ray, imported only where this code uses it
     import ray
 
     take_served_node()
@@ -185,6 +186,7 @@ _DONE_CACHE: dict[str, Any] = {}
 
 def _drop_done(batch: pa.Table, *, done: list[Any], key: tuple[str, ...]) -> pa.Table:
     """Drop rows whose (key, input hash) is in the broadcast done set."""
+    # heavy: ray, imported only where this code uses it
     import ray
 
     ref = done[0]
@@ -201,6 +203,7 @@ def _drop_done(batch: pa.Table, *, done: list[Any], key: tuple[str, ...]) -> pa.
 
 def pool_args(pool: PoolConfig) -> dict[str, Any]:
     """``map_batches`` arguments of a stage's own actor pool."""
+    # heavy: ray, imported only where this code uses it
     import ray.data
 
     args: dict[str, Any] = {
@@ -251,6 +254,7 @@ class DataOps:
         environment variables when the read is planned; they are set for
         that call only.
         """
+        # heavy: ray, imported only where this code uses it
         import ray.data
 
         values = {
@@ -298,6 +302,7 @@ class DataOps:
 
     def from_table(self, table: pa.Table) -> Dataset:
         """A table the driver built, as a dataset of ``LIGHT_MAP_ROWS``-row blocks."""
+        # heavy: ray, imported only where this code uses it
         import ray.data
 
         n = LIGHT_MAP_ROWS
@@ -331,6 +336,7 @@ class DataOps:
         a file that a retried task rewrote may be described twice.
         ``secrets``: names of the variables whose values are masked.
         """
+        # heavy: ray, imported only where this code uses it
         import ray.data
 
         described = ds.map_batches(

@@ -26,9 +26,10 @@ from typing import Any
 
 from cube_ray.config import RunConfig
 from cube_ray.console import console
+from cube_ray.engines.identity import engine_id
 from cube_ray.pipeline.compaction import Compaction
 from cube_ray.pipeline.data import DataOps
-from cube_ray.pipeline.engine_pool import EnginePools, engine_id
+from cube_ray.pipeline.engine_pool import EnginePools
 from cube_ray.pipeline.intake import Intake
 from cube_ray.pipeline.method import (
     ANSWERS,
@@ -48,7 +49,7 @@ from cube_ray.pipeline.sampling import SampleSelection
 from cube_ray.pipeline.schedule import run_graph
 from cube_ray.pipeline.sources import StageSources
 from cube_ray.pipeline.state import RunOptions, RunState
-from cube_ray.preflight._resources import stage_cpus
+from cube_ray.preflight import stage_cpus
 from cube_ray.systems.kinds import system_kind
 
 __all__ = ["_Driver"]
@@ -184,6 +185,7 @@ class _Driver:
 
     def _stage_cpus(self, specs: list[StageSpec]) -> float:
         """The cluster's logical CPUs less what the engine pools can hold."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         pools = {engine_id(e): e.pool for s in specs for e in s.engines}

@@ -24,8 +24,6 @@ docs/pipeline.md says why this design.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 import uuid
@@ -33,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cube_ray.console import console
 from cube_ray.engines.base import (
     Engine,
     Generation,
@@ -42,7 +41,10 @@ from cube_ray.engines.base import (
     ScoreMode,
     ScoreResult,
 )
-from cube_ray.engines.identity import identity_fields
+from cube_ray.engines.embedded import is_converted
+from cube_ray.engines.identity import engine_id
+from cube_ray.engines.registry import build_engine
+from cube_ray.engines.threads import apply_engine_threads
 from cube_ray.pipeline import heap
 
 __all__ = [
@@ -56,41 +58,10 @@ __all__ = [
 
 HOST_UNAVAILABLE_RETRIES = 12
 """Times a batch is sent again to a host Ray is restarting (about 100 s)."""
-PER_REQUEST_POOL = frozenset({"batch_size"})
-"""Pool fields that size requests, not the pool."""
 START_QUIET_S = 3.0
 """An engine ready within this many seconds starts without a console line."""
 START_PROGRESS_S = 15.0
 """Seconds between the console lines of an engine that is still starting."""
-
-
-def engine_id(config: Any) -> str:
-    """Name of an engine pool: its model and a hash of its load settings.
-
-    The engine's identity (:func:`cube_ray.engines.identity.identity_fields`)
-    and the pool's sizes: configs that differ only in ``sampling``,
-    ``score_mode``, ``price_per_mtok`` or ``pool.batch_size`` name one pool.
-
-    >>> from cube_ray.engines.config import FakeEngineConfig
-    >>> a = FakeEngineConfig(name="m", score_mode="argmax")
-    >>> b = FakeEngineConfig(name="m", score_mode="expected")
-    >>> engine_id(a) == engine_id(b), engine_id(a) == engine_id(FakeEngineConfig(name="n"))
-    (True, False)
-    >>> engine_id(a).split("-")[0]
-    'fake:m'
-    """  # noqa: E501
-    data = identity_fields(config)
-    pool = config.model_dump(mode="json", include={"pool"}).get("pool") or {}
-    data["pool"] = {k: v for k, v in pool.items() if k not in PER_REQUEST_POOL}
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-    model = (
-        getattr(config, "served_name", None)
-        or getattr(config, "model", None)
-        or getattr(config, "name", None)
-        or config.backend
-    )
-    short = str(model).rstrip("/").rsplit("/", 1)[-1]
-    return f"{config.backend}:{short}-{digest[:8]}"
 
 
 # --- in the engine host actor -----------------------------------------------------
@@ -109,10 +80,8 @@ class _EngineHost:
     """
 
     def __init__(self, config: Any) -> None:
+        # heavy: ray, imported only where this code uses it
         import ray
-
-        from cube_ray.engines.registry import build_engine
-        from cube_ray.engines.threads import apply_engine_threads
 
         # Before the engine loads torch: Ray gave this fractional-CPU worker
         # one thread (cube_ray.engines.threads says why that is wrong here).
@@ -191,6 +160,7 @@ class _Dispatcher:
             self._add_host()
 
     def _add_host(self) -> _Host:
+        # heavy: ray, imported only where this code uses it
         import ray
 
         handle: Any = (
@@ -229,6 +199,7 @@ class _Dispatcher:
 
     async def node(self) -> str:
         """The node this dispatcher runs on (diagnostics, tests)."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         return str(ray.get_runtime_context().get_node_id())
@@ -286,6 +257,7 @@ class RemoteEngine:
         batch is sent again (up to ``HOST_UNAVAILABLE_RETRIES`` times, waiting
         1, 2, 4, 8, then 10 s) instead of failing the stage.
         """
+        # heavy: ray, imported only where this code uses it
         import ray
         import ray.exceptions
 
@@ -404,6 +376,7 @@ class EnginePools:
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """``manifest.json``'s ``engines``: stages, start-ups, start-up and busy s."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         out: dict[str, dict[str, Any]] = {}
@@ -417,6 +390,7 @@ class EnginePools:
 
     def close(self) -> None:
         """Kill the dispatchers and their hosts."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         for dispatcher, _, _ in self._pools.values():
@@ -428,7 +402,6 @@ class EnginePools:
 
 
 def _say_console(text: str) -> None:
-    from cube_ray.console import console
 
     print(f"cube-ray: {text}", file=console(), flush=True)
 
@@ -436,8 +409,6 @@ def _say_console(text: str) -> None:
 def _start_work(config: Any) -> str:
     """What an engine host does before its first call (for the console)."""
     if getattr(config, "backend", None) == "embedded":
-        from cube_ray.engines.embedded import is_converted
-
         if not is_converted(config):
             return (
                 "converting the embedded model once (a few minutes; later runs "
@@ -455,6 +426,7 @@ def _await_start(
     A model conversion and an engine start take minutes on a CPU; the console
     says what is happening meanwhile instead of staying silent.
     """
+    # heavy: ray, imported only where this code uses it
     import ray
 
     ref = dispatcher.describe.remote()
@@ -475,6 +447,7 @@ def _await_start(
 
 
 def _start_dispatcher(config: Any) -> Any:
+    # heavy: ray, imported only where this code uses it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

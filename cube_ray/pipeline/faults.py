@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from cube_ray.errors import CubeRayError
+
 __all__ = [
     "StageInterrupted",
     "UserFault",
@@ -109,6 +111,7 @@ def _infra_failure(exc: BaseException) -> tuple[str, str] | None:
     counts: the same rows would fail again. A stage function's error counts
     only when a lost actor caused it (an engine call whose host's node died).
     """
+    # heavy: ray, imported only where this code uses it
     import ray.exceptions as rex
 
     kinds = tuple(getattr(rex, n) for n in _INFRA_ERRORS if hasattr(rex, n))
@@ -178,8 +181,6 @@ def user_fault(exc: BaseException) -> UserFault | None:
     >>> user_fault(ValueError("a bug")) is None
     True
     """
-    from cube_ray.errors import CubeRayError
-
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -207,6 +208,7 @@ def user_fault(exc: BaseException) -> UserFault | None:
 
 def alive_nodes() -> set[str]:
     """Ids of the nodes Ray holds alive (empty when Ray is not running)."""
+    # heavy: ray, imported only where this code uses it
     import ray
 
     if not ray.is_initialized():

@@ -32,6 +32,7 @@ from cube_ray.pipeline.parts import (
     part_files,
 )
 from cube_ray.stages import QUESTIONS_OUT_SCHEMA, questions_table
+from cube_ray.systems import load_question_file
 from cube_ray.systems.kinds import file_digest, system_kind
 
 if TYPE_CHECKING:
@@ -127,9 +128,8 @@ class Intake:
 
     def _question_file_table(self, staging: Path) -> pa.Table:
         """Load and check the question file against the staged document ids."""
+        # lazy: loads polars, not in the Ray stage workers
         import polars as pl
-
-        from cube_ray.systems import load_question_file
 
         qcfg = self._state.config.questions
         assert qcfg.path is not None
@@ -208,6 +208,7 @@ class Intake:
         the driver itself holds nothing. A bad QA file fails here with its
         file, row and field.
         """
+        # heavy: ray, imported only where this code uses it
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

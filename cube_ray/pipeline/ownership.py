@@ -25,6 +25,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cube_ray import schema
 from cube_ray.engines.config import ACCOUNTING_FIELDS, TRANSPORT_FIELDS
 from cube_ray.errors import ConfigError
 from cube_ray.manifest import Manifest
@@ -204,19 +209,15 @@ def check_corpus_owner(
     old_fp = manifest.corpus_fingerprint if manifest is not None else None
     if old_fp is None or old_fp == fingerprint:
         return
+    # circle at load: cube_ray/pipeline/__init__ imports run, which imports this module
     from cube_ray.pipeline.parts import verify_part
 
     # A damaged part is set aside later in the run; compare what reads.
     old_documents = [f for f in old_documents if verify_part(f) is None]
     if not old_documents:
         return
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from cube_ray import schema
 
     def read(files: list[Path]) -> Any:
-        import pyarrow as pa
 
         cols = [schema.DOC_ID, schema.CONTENT_HASH]
         return pa.concat_tables([pq.read_table(f, columns=cols) for f in files])

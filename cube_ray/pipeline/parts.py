@@ -17,11 +17,13 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cube_ray import schema
@@ -165,8 +167,6 @@ def set_aside_corrupt(
     in a few threads (pyarrow releases the GIL). Each file set aside is named
     on the console; the stages then recompute its rows, which are missing.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     if run_dir.is_dir():
         _heal_swaps(run_dir)  # a table mid-swap is whole again first
     files = [f for name in TABLES for f in part_files(run_dir / name)]
@@ -232,6 +232,7 @@ def read_table(table_dir: Path, key: tuple[str, ...] | None = None) -> pa.Table:
     table = pa.concat_tables(tables, promote_options="default")
     if key is None or table.num_rows == 0:
         return table
+    # lazy: loads polars, not in the Ray stage workers
     import polars as pl
 
     df = pl.from_arrow(table)
@@ -333,7 +334,6 @@ def _describe(
     redacted: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One ``_WRITTEN`` row for a part file holding ``table``."""
-    import pyarrow.compute as pc
 
     def total(col: str) -> int:
         if col not in table.column_names:
@@ -369,8 +369,6 @@ def redact_table(
     >>> out.column("answer").to_pylist(), hits
     (['key ***!', 'no'], {'rag': 1})
     """
-    import pyarrow.compute as pc
-
     forms = [f for value in secrets for f in secret_forms(value)]
     forms.sort(key=len, reverse=True)
     if not forms or table.num_rows == 0:
@@ -439,8 +437,6 @@ def _write_part(
 
 def _keep_current(batch: pa.Table) -> pa.Table:
     """Rows whose hash is current, or whose key the current input lacks."""
-    import pyarrow.compute as pc
-
     cur = batch.column(_CUR_HASH)
     ok = pc.or_(pc.is_null(cur), pc.equal(batch.column(schema.CONTENT_HASH), cur))
     return batch.filter(pc.fill_null(ok, True)).drop_columns([_CUR_HASH])

@@ -195,8 +195,10 @@ def qualification_input(run_dir: Path, config: RunConfig) -> QualificationInput 
     qual = config.qualification
     if qual is None:
         return None
+    # lazy: loads polars, not in the Ray stage workers
     import polars as pl
 
+    # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage workers
     from cube_ray.aggregate import QualificationInput
 
     sample = qualification_sample(run_dir, config).column(schema.QUESTION_ID)

@@ -56,6 +56,7 @@ def _stage_groups(files: list[Path]) -> dict[str, list[Path]]:
 
 def _key_hashes(files: list[Path], key: tuple[str, ...]) -> Any:
     """One frame: file index, row index and a hash of the key, per row."""
+    # lazy: loads polars, not in the Ray stage workers
     import polars as pl
 
     frames = []
@@ -76,6 +77,7 @@ def _rows_to_drop(
     files: list[Path], key: tuple[str, ...]
 ) -> tuple[dict[int, list[int]], bool]:
     """Rows to drop per file index, and whether a key keeps several hashes."""
+    # lazy: loads polars, not in the Ray stage workers
     import polars as pl
 
     hashes = _key_hashes(files, key)

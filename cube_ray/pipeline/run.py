@@ -117,6 +117,7 @@ def connect_ray(config: RunConfig, address: str | None = None) -> bool:
     ``address`` (``--address``) wins over ``ray.address``; none, or ``local``,
     starts a local Ray with ``ray.num_cpus`` CPUs.
     """
+    # heavy: ray, imported only where this code uses it
     import ray
 
     if ray.is_initialized():
@@ -268,6 +269,7 @@ def _run_stages(
         # `failed` with the error, never `running`.
         try:
             with _sigterm_raises():
+                # heavy: ray, imported only where this code uses it
                 import ray.data
 
                 ctx = ray.data.DataContext.get_current()
@@ -283,6 +285,7 @@ def _run_stages(
                     config, run_dir, intervals=options.report
                 )
                 if options.human is not None and summary is not None:
+                    # circle at load: cube_ray/pipeline/__init__ imports this module
                     from cube_ray.pipeline.calibration import calibrate_run
 
                     summary = calibrate_run(config, run_dir, summary, options.human)
@@ -291,6 +294,7 @@ def _run_stages(
             raise
     finally:
         if owned:
+            # heavy: ray, imported only where this code uses it
             import ray
 
             ray.shutdown()
@@ -299,6 +303,8 @@ def _run_stages(
     try:
         if summary is not None:
             summary_path = summary.write(run_dir / "summary.json")
+            # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage
+            # workers
             from cube_ray.aggregate import incomplete_reasons
 
             incomplete = incomplete_reasons(summary)
@@ -331,6 +337,8 @@ def _run_stages(
     headline: list[str] = []
     if options.report and summary is not None:
         try:
+            # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage
+            # workers
             from cube_ray.report import write_report
         except ImportError:
             write_report = None  # type: ignore[assignment]

@@ -31,7 +31,7 @@ from cube_ray.pipeline.parts import (
     part_files,
 )
 from cube_ray.pipeline.stall import StallWatch, stall_message
-from cube_ray.preflight._resources import engine_pool_cpus, stage_cpus
+from cube_ray.preflight import engine_pool_cpus, stage_cpus
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -56,6 +56,7 @@ class _Progress:
     def __init__(self, enabled: bool, name: str, total: int | None) -> None:
         self._bar: Any = None
         if enabled:
+            # tqdm on the driver only: the Ray stage workers import this module
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=name, unit="row", file=console())
@@ -224,6 +225,7 @@ class StageRunner:
         self, spec: StageSpec, shown: str, stats: StageStats, idle: float
     ) -> None:
         """Say what a stage that wrote nothing for ``idle`` seconds waits for."""
+        # heavy: ray, imported only where this code uses it
         import ray
 
         config = self._state.config
@@ -418,6 +420,7 @@ class StageRunner:
         most ``pool.max_size`` at once), which reuse Ray's worker processes
         instead of starting actors in every execution (every wave).
         """
+        # heavy: ray, imported only where this code uses it
         import ray.data
 
         kwargs = self._stage_kwargs(spec)

@@ -45,6 +45,7 @@ _IDS_CACHE: dict[str, Any] = {}
 
 def _keep_sampled(batch: pa.Table, *, ids: list[Any]) -> pa.Table:
     """The rows of a batch whose ``doc_id`` is in the broadcast sample."""
+    # heavy: ray, imported only where this code uses it
     import ray
 
     ref = ids[0]
@@ -78,6 +79,7 @@ class SampleSelection:
 
     def collect_strata(self, batch: pa.Table) -> pa.Table:
         """Keep a staged batch's ``doc_id, stratum``; the batch without them."""
+        # lazy: loads polars, not in the Ray stage workers
         from cube_ray.sample import STRATUM, stratum_key
 
         sample = self._state.config.sample
@@ -115,8 +117,10 @@ class SampleSelection:
             ConfigError: The sample leaves out documents a previous run of this
                 dir sampled, without ``--shrink``.
         """
+        # lazy: loads polars, not in the Ray stage workers
         import polars as pl
 
+        # lazy: loads polars, not in the Ray stage workers
         from cube_ray.sample import STRATUM, SampleState, sample_block, sample_order
 
         cfg = self._state.config.sample
@@ -161,8 +165,10 @@ class SampleSelection:
 
         The flag says whether a rule earlier than this version's drew them.
         """
+        # lazy: loads polars, not in the Ray stage workers
         import polars as pl
 
+        # lazy: loads polars, not in the Ray stage workers
         from cube_ray.sample import ORDER, RULE, SAMPLE_DIR, read_sample
 
         state = read_sample(self._state.run_dir)
@@ -224,6 +230,7 @@ class SampleSelection:
 
     def write_sample_dir(self) -> None:
         """Write ``RUN_DIR/sample/`` (or remove it for a run without a sample)."""
+        # lazy: loads polars, not in the Ray stage workers
         from cube_ray.sample import SAMPLE_DIR, write_sample
 
         target = self._state.run_dir / SAMPLE_DIR
@@ -250,6 +257,7 @@ class SampleSelection:
         """The rows of a dataset whose document is sampled (ids broadcast)."""
         if self._draw is None:
             return ds
+        # heavy: ray, imported only where this code uses it
         import ray
 
         ref = ray.put(self._draw.ids)

@@ -43,6 +43,7 @@ def _summarize_beside_driver(
     aggregation's memory (about 27 bytes a score row, see docs/pipeline.md) is
     returned when it ends.
     """
+    # heavy: ray, imported only where this code uses it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -69,6 +70,7 @@ def summarize_run(
     a million-question run is long).
     """
     try:
+        # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage workers
         from cube_ray.aggregate import with_intervals
         from cube_ray.sample import load_strata
         from cube_ray.tables import read_answers, read_scores
@@ -111,6 +113,7 @@ def summarize_tables(
     Returns:
         The summary, and the answers and scores it used (for the intervals).
     """
+    # lazy: loads cube_ray.aggregate (scipy, polars), not in the Ray stage workers
     from cube_ray.aggregate import summarize
     from cube_ray.sample import in_run_sample
 
@@ -145,6 +148,7 @@ def current_rows(config: RunConfig, run_dir: Path, answers: Any, scores: Any) ->
     are those of the questions table whose gold document is in the documents
     table (which always holds exactly the current corpus).
     """
+    # lazy: loads polars, not in the Ray stage workers
     import polars as pl
 
     ids = current_question_ids(

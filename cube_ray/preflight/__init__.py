@@ -68,8 +68,10 @@ from cube_ray.preflight._resources import (
     Say,
     actors_fit,
     capacity,
+    engine_pool_cpus,
     pool_demands,
     resource_problem,
+    stage_cpus,
 )
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "check_model_paths",
     "check_resources",
     "check_run_dir",
+    "engine_pool_cpus",
     "live_nodes",
     "pool_demands",
     "preflight",
@@ -97,6 +100,7 @@ __all__ = [
     "probe_warning",
     "reported_node_types",
     "resource_problem",
+    "stage_cpus",
 ]
 
 

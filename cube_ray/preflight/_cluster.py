@@ -48,6 +48,7 @@ _GCS_CLUSTER_CONFIG_KEY = "__autoscaler_cluster_config"
 
 def live_nodes() -> list[NodeShape]:
     """The alive nodes of the connected cluster."""
+    # heavy: ray, imported only where this code uses it
     import ray
 
     out = []
@@ -109,6 +110,7 @@ def autoscaler_node_types(path: str | None = None) -> list[NodeShape] | None:
 def _gcs_get(key: str, namespace: str | None) -> bytes | None:
     """A value of the GCS's internal key-value store (None if unreadable)."""
     try:
+        # heavy: ray, imported only where this code uses it
         from ray.experimental.internal_kv import (
             _internal_kv_get,
             _internal_kv_initialized,
@@ -131,6 +133,7 @@ def reported_node_types() -> list[NodeShape] | None:
     raw = _gcs_get(_GCS_CLUSTER_CONFIG_KEY, _GCS_AUTOSCALER_NAMESPACE)
     if raw is None:
         return None
+    # heavy: ray, imported only where this code uses it
     from ray.core.generated import autoscaler_pb2
 
     config = autoscaler_pb2.ClusterConfig.FromString(raw)  # type: ignore[attr-defined]
@@ -148,6 +151,7 @@ def reported_node_types() -> list[NodeShape] | None:
 
 
 def _head_resources() -> dict[str, float] | None:
+    # heavy: ray, imported only where this code uses it
     import ray
 
     for n in cast("list[dict[str, Any]]", ray.nodes()):  # type: ignore[no-untyped-call]
@@ -160,6 +164,7 @@ def _head_resources() -> dict[str, float] | None:
 def _request(demands: list[PoolDemand]) -> None:
     """Ask the autoscaler for the bundles (an empty list withdraws the ask)."""
     try:
+        # heavy: ray, imported only where this code uses it
         from ray.autoscaler.sdk import request_resources
 
         bundles = [d.per_actor for d in demands for _ in range(d.min_size)]

@@ -89,6 +89,7 @@ def _send(
 
     The error never holds the key (it is only in a header).
     """
+    # optional: httpx (the http extra), only once a client is built
     import httpx
 
     try:

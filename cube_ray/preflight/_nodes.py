@@ -25,6 +25,7 @@ def _on_each_node(
     nodes: list[NodeShape], fn: Callable[..., Any], *args: Any
 ) -> dict[str, Any]:
     """``fn(*args)`` in a task pinned to each node; node name -> result."""
+    # heavy: ray, imported only where this code uses it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

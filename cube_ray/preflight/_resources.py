@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from cube_ray.config import RunConfig
 from cube_ray.engines.config import PoolConfig, VllmEngineConfig
+from cube_ray.engines.identity import engine_id
 from cube_ray.systems.kinds import system_kind
 
 __all__ = [
@@ -250,11 +251,9 @@ def stage_cpus(pool: PoolConfig, *, own_actors: bool, task_cpus: float) -> float
 def engine_pool_cpus(config: RunConfig) -> dict[str, tuple[list[str], float]]:
     """Per engine pool: the config paths it serves, and the CPUs its hosts hold.
 
-    Configs that name one pool (:func:`cube_ray.pipeline.engine_pool.engine_id`)
+    Configs that name one pool (:func:`cube_ray.engines.identity.engine_id`)
     count once; a pool holds ``num_cpus * max_size`` for the whole job.
     """
-    from cube_ray.pipeline.engine_pool import engine_id
-
     engines: list[tuple[str, object]] = [("generator", config.generator)]
     engines += [(f"judges.{name}", judge) for name, judge in config.judges.items()]
     out: dict[str, tuple[list[str], float]] = {}

@@ -7,8 +7,10 @@ run's tables, and writes ``report.html`` and ``report.md``;
 formats: every statistic it shows is computed in :mod:`cube_ray.aggregate`.
 """
 
+from cube_ray.report._calibrated import calibrated_lines
 from cube_ray.report._compare import write_comparison
 from cube_ray.report._data import RunData, load_run
+from cube_ray.report._deps import require_report_deps
 from cube_ray.report._format import NO_VERDICT
 from cube_ray.report._headline import console_lines
 from cube_ray.report._human import read_human_ratings
@@ -24,9 +26,11 @@ __all__ = [
     "ReportPaths",
     "RunData",
     "build_sections",
+    "calibrated_lines",
     "console_lines",
     "load_run",
     "read_human_ratings",
+    "require_report_deps",
     "resolve_intervals",
     "write_comparison",
     "write_report",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cube_ray import __version__
@@ -12,7 +13,7 @@ from cube_ray.errors import InputError
 from cube_ray.files import write_atomic
 from cube_ray.report import _plots
 from cube_ray.report._compare_paired import paired_runs_section
-from cube_ray.report._data import CUBE, load_run, num
+from cube_ray.report._data import CUBE, RunData, load_run, num
 from cube_ray.report._deps import require_report_deps
 from cube_ray.report._format import NO_VERDICT, fmt, interval_text
 from cube_ray.report._glossary import with_glossary
@@ -36,6 +37,27 @@ from cube_ray.report._words import (
 )
 
 __all__ = ["write_comparison"]
+
+
+@dataclass
+class _Compared:
+    """The headline figures of every run's systems, as the page shows them."""
+
+    rows: list[list[str]] = field(default_factory=list)
+    """The headline table's rows (one per run and system)."""
+    labels: list[str] = field(default_factory=list)
+    """``run:system``, in the page's order (the chart's bars)."""
+    per_label: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Judge -> label -> that judge's CuBE (the chart's markers)."""
+    means: dict[str, float | None] = field(default_factory=dict)
+    intervals: dict[str, tuple[float | None, float | None]] = field(
+        default_factory=dict
+    )
+    dims: list[str] = field(default_factory=list)
+    """Every run's dimensions, first seen first."""
+    methods: set[str] = field(default_factory=set)
+    """The interval methods the runs' intervals used."""
+    notes: list[Para] = field(default_factory=list)
 
 
 def write_comparison(
@@ -69,123 +91,10 @@ def write_comparison(
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         names = [str(r.run_dir) for r in runs]
-    rows = []
-    labels: list[str] = []
-    per_label: dict[str, dict[str, float | None]] = {}
-    means: dict[str, float | None] = {}
-    intervals: dict[str, tuple[float | None, float | None]] = {}
-    dims: list[str] = []
-    methods: set[str] = set()
-    notes: list[Para] = []
-    for run, name in zip(runs, names, strict=True):
-        dims.extend(d for d in run.dimensions if d not in dims)
-        run.intervals = resolve_intervals(
-            run, n_resamples=n_resamples, seed=seed, interval=interval
-        )
-        iv = run.intervals
-        if iv is not None:
-            methods.add(iv.method)
-        for system in run.systems:
-            label = f"{name}:{system}"
-            labels.append(label)
-            verdict = run.no_verdict(system)
-            used = run.headline_judges(system)
-            mean, sd = run.figure(system, CUBE)
-            means[label] = None if verdict else mean
-            cell = iv.systems.get(system) if iv is not None else None
-            shown = cell.cube if cell is not None and not verdict else None
-            intervals[label] = (
-                (cell.cube.low, cell.cube.high)
-                if cell is not None and not verdict
-                else (None, None)
-            )
-            for j in run.judges:
-                per_label.setdefault(j, {})[label] = (
-                    num(run.judge(j).cube.get(system)) if j in used else None
-                )
-            wmean, wsd = run.figure(system, WEIGHTED)
-            if not verdict and (shown is None or shown.low is None):
-                notes.append(Para(f"{label}: {no_interval_why(iv, cell)}.", "note"))
-            beyond = None if verdict else beyond_bounds(label, [mean])
-            if beyond is not None:
-                notes.append(Para(beyond, "note"))
-            rows.append(
-                [
-                    name,
-                    system,
-                    NO_VERDICT if verdict else fmt(mean, 2),
-                    fmt(sd, 2),
-                    interval_text(shown, 2),
-                    fmt(run.recall(system), 3),
-                    mean_sd(wmean, wsd),
-                    ", ".join(used) or "none",
-                ]
-            )
-    dim_rows = []
-    for run, name in zip(runs, names, strict=True):
-        for system in run.systems:
-            dim_rows.append(
-                [name, system] + [mean_sd(*run.figure(system, d)) for d in dims]
-            )
-    sec = Section("comparison", "Runs compared")
-    sec.blocks.append(
-        Table(
-            [
-                "run",
-                "system",
-                "CuBE mean",
-                "CuBE SD",
-                "95% CI",
-                "recall@k",
-                "weighted",
-                "judges used",
-            ],
-            rows,
-            caption=f"Headline figures per run and system ({SCALE_100}; interval: "
-            + (
-                ", ".join(interval_method(m) for m in sorted(methods))
-                + f", {SAME_JUDGES}"
-                if methods
-                else "none"
-            )
-            + ")",
-            anchor="comparison-table",
-            numeric=frozenset({2, 3, 4, 5, 6}),
-        )
+    compared = _headline(
+        runs, names, n_resamples=n_resamples, seed=seed, interval=interval
     )
-    sec.blocks.append(
-        Figure(
-            "fig-compare",
-            "CuBE per run and system",
-            _plots.cube_chart(
-                per_label,
-                means,
-                intervals,
-                systems=labels,
-                judges=sorted(per_label),
-            ),
-            "Bar chart of CuBE per run and system with bootstrap intervals.",
-            "Bar: the jury's mean CuBE; whisker: its 95% bootstrap interval; "
-            "markers: each judge's CuBE (0 = zero bound, 100 = full bound).",
-        )
-    )
-    sec.blocks.append(
-        Table(
-            ["run", "system", *dims],
-            dim_rows,
-            caption=f"Normalised dimensions (cross-judge mean ± SD; {SCALE_100}; "
-            "no SD with one judge)",
-            numeric=frozenset(range(2, 2 + len(dims))),
-        )
-    )
-    sec.blocks.extend(notes)
-    sec.blocks.append(
-        Para(
-            "Runs are comparable only if they share the question set, the bounds "
-            "generator and the jury; check each run's details.",
-            "note",
-        )
-    )
+    sec = _comparison_section(runs, names, compared)
     paired, lines = paired_runs_section(
         runs, names, n_resamples=n_resamples, seed=seed, interval=interval
     )
@@ -215,3 +124,138 @@ def write_comparison(
         render_markdown(title=title, meta=meta, sections=sections, footer=footer),
     )
     return out_path
+
+
+def _headline(
+    runs: Sequence[RunData],
+    names: Sequence[str],
+    *,
+    n_resamples: int | None,
+    seed: int | None,
+    interval: IntervalMethod | None,
+) -> _Compared:
+    """Each run's systems' headline rows, chart values and notes.
+
+    Each run's intervals are resolved first and kept on the run (the paired
+    section reads them).
+    """
+    out = _Compared()
+    for run, name in zip(runs, names, strict=True):
+        out.dims.extend(d for d in run.dimensions if d not in out.dims)
+        run.intervals = resolve_intervals(
+            run, n_resamples=n_resamples, seed=seed, interval=interval
+        )
+        iv = run.intervals
+        if iv is not None:
+            out.methods.add(iv.method)
+        for system in run.systems:
+            label = f"{name}:{system}"
+            out.labels.append(label)
+            verdict = run.no_verdict(system)
+            used = run.headline_judges(system)
+            mean, sd = run.figure(system, CUBE)
+            out.means[label] = None if verdict else mean
+            cell = iv.systems.get(system) if iv is not None else None
+            shown = cell.cube if cell is not None and not verdict else None
+            out.intervals[label] = (
+                (cell.cube.low, cell.cube.high)
+                if cell is not None and not verdict
+                else (None, None)
+            )
+            for j in run.judges:
+                out.per_label.setdefault(j, {})[label] = (
+                    num(run.judge(j).cube.get(system)) if j in used else None
+                )
+            wmean, wsd = run.figure(system, WEIGHTED)
+            if not verdict and (shown is None or shown.low is None):
+                out.notes.append(Para(f"{label}: {no_interval_why(iv, cell)}.", "note"))
+            beyond = None if verdict else beyond_bounds(label, [mean])
+            if beyond is not None:
+                out.notes.append(Para(beyond, "note"))
+            out.rows.append(
+                [
+                    name,
+                    system,
+                    NO_VERDICT if verdict else fmt(mean, 2),
+                    fmt(sd, 2),
+                    interval_text(shown, 2),
+                    fmt(run.recall(system), 3),
+                    mean_sd(wmean, wsd),
+                    ", ".join(used) or "none",
+                ]
+            )
+    return out
+
+
+def _comparison_section(
+    runs: Sequence[RunData], names: Sequence[str], compared: _Compared
+) -> Section:
+    """The headline table, the chart, the dimensions' table and the notes."""
+    dims = compared.dims
+    dim_rows = []
+    for run, name in zip(runs, names, strict=True):
+        for system in run.systems:
+            dim_rows.append(
+                [name, system] + [mean_sd(*run.figure(system, d)) for d in dims]
+            )
+    methods = compared.methods
+    sec = Section("comparison", "Runs compared")
+    sec.blocks.append(
+        Table(
+            [
+                "run",
+                "system",
+                "CuBE mean",
+                "CuBE SD",
+                "95% CI",
+                "recall@k",
+                "weighted",
+                "judges used",
+            ],
+            compared.rows,
+            caption=f"Headline figures per run and system ({SCALE_100}; interval: "
+            + (
+                ", ".join(interval_method(m) for m in sorted(methods))
+                + f", {SAME_JUDGES}"
+                if methods
+                else "none"
+            )
+            + ")",
+            anchor="comparison-table",
+            numeric=frozenset({2, 3, 4, 5, 6}),
+        )
+    )
+    sec.blocks.append(
+        Figure(
+            "fig-compare",
+            "CuBE per run and system",
+            _plots.cube_chart(
+                compared.per_label,
+                compared.means,
+                compared.intervals,
+                systems=compared.labels,
+                judges=sorted(compared.per_label),
+            ),
+            "Bar chart of CuBE per run and system with bootstrap intervals.",
+            "Bar: the jury's mean CuBE; whisker: its 95% bootstrap interval; "
+            "markers: each judge's CuBE (0 = zero bound, 100 = full bound).",
+        )
+    )
+    sec.blocks.append(
+        Table(
+            ["run", "system", *dims],
+            dim_rows,
+            caption=f"Normalised dimensions (cross-judge mean ± SD; {SCALE_100}; "
+            "no SD with one judge)",
+            numeric=frozenset(range(2, 2 + len(dims))),
+        )
+    )
+    sec.blocks.extend(compared.notes)
+    sec.blocks.append(
+        Para(
+            "Runs are comparable only if they share the question set, the bounds "
+            "generator and the jury; check each run's details.",
+            "note",
+        )
+    )
+    return sec

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from cube_ray.aggregate import (
     NO_JUDGE_SEPARATES,
@@ -89,8 +90,6 @@ _UNREADABLE_FIX = (
 
 def _read_file(path: Path) -> pl.DataFrame:
     """One Parquet file, page checksums verified (run dir parts carry them)."""
-    import pyarrow.parquet as pq
-
     frame = pl.from_arrow(pq.read_table(path, page_checksum_verification=True))
     assert isinstance(frame, pl.DataFrame)
     return frame

@@ -17,7 +17,7 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.aggregate import RATER
-from cube_ray.audit._draw import parse_score, score_text
+from cube_ray.audit import parse_score, score_text
 from cube_ray.corpus import csv_place, csv_record_lines
 from cube_ray.errors import InputError
 

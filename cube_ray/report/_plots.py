@@ -34,12 +34,14 @@ _PALETTE = ["#1565c0", "#ef6c00", "#6a1b9a", "#c62828", "#00838f", "#5d4037"]
 
 
 def _figure(width: float, height: float) -> Any:
+    # optional: matplotlib (the report extra), only to draw
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
 def _png(fig: Any) -> bytes:
+    # optional: matplotlib (the report extra), only to draw
     import matplotlib as mpl
     from matplotlib.text import Text
 

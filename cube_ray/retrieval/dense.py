@@ -109,6 +109,7 @@ class HttpEmbedder:
         transport: Any = None,
     ) -> None:
         try:
+            # optional: httpx (the http extra), only once a client is built
             import httpx
         except ImportError as exc:
             raise MissingDependencyError(

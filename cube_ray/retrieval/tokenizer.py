@@ -169,6 +169,7 @@ def _load_segmenter() -> Any:
         with _segmenter_lock:
             if _segmenter is None:
                 try:
+                    # optional: rjieba (the retrieval extra), only for Chinese text
                     import rjieba
                 except ImportError as exc:
                     raise MissingDependencyError(

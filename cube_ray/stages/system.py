@@ -17,6 +17,7 @@ from cube_ray.stages._base import (
     capped,
 )
 from cube_ray.stages.generate import ANSWERS_OUT_SCHEMA
+from cube_ray.systems import build_system
 from cube_ray.systems.base import QuestionIn, SystemAnswer, SystemUnderTest
 
 __all__ = ["SystemStage", "gold_rank"]
@@ -78,8 +79,6 @@ class SystemStage(Stage):
     ) -> None:
         super().__init__(call_log=call_log)
         if system_factory is None:
-            from cube_ray.systems import build_system
-
             system_factory = build_system
         self._system = system_factory(
             system,

@@ -63,6 +63,7 @@ def read_rows(path: str | Path, *, what: str) -> tuple[list[str], Rows]:
         if suffix in _CSV:
             separator = "\t" if suffix == ".tsv" else ","
             df = pl.read_csv(p, infer_schema=False, separator=separator)
+            # lazy: loads yaml, which importing _tables does not
             from cube_ray.corpus import csv_record_lines
 
             # Should Python's csv split records otherwise than Polars, the

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cube_ray.engines import build_engine
 from cube_ray.engines.base import SamplingParams
 from cube_ray.env import secret
 from cube_ray.errors import ConfigError
@@ -143,8 +144,6 @@ class BuiltinRagSystem:
         sampling = None
         if generator is not None:
             if engine_factory is None:
-                from cube_ray.engines import build_engine
-
                 engine_factory = build_engine
             engine = engine_factory(generator)
             sampling = sampling_params(generator.sampling)

@@ -206,6 +206,7 @@ class HttpSystem:
 
     def __init__(self, config: HttpSystemConfig, *, transport: Any = None) -> None:
         try:
+            # optional: httpx (the http extra), only once a client is built
             import httpx
         except ImportError as exc:
             raise MissingDependencyError(

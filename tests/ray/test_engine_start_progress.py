@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from cube_ray.engines.config import FakeEngineConfig, PoolConfig
+from cube_ray.engines.identity import engine_id
 from cube_ray.pipeline import engine_pool
-from cube_ray.pipeline.engine_pool import EnginePools, engine_id
+from cube_ray.pipeline.engine_pool import EnginePools
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
 

@@ -9,10 +9,9 @@ import pytest
 
 from cube_ray import config as config_module
 from cube_ray.engines import OpenAIHttpEngineConfig
-from cube_ray.engines.identity import engine_fingerprint, engine_identity
+from cube_ray.engines.identity import engine_fingerprint, engine_id, engine_identity
 from cube_ray.judge_check import _check as judge_check
 from cube_ray.pipeline import method
-from cube_ray.pipeline.engine_pool import engine_id
 
 BASE = OpenAIHttpEngineConfig(base_url="http://127.0.0.1:9/v1", model="m")
 

@@ -170,6 +170,66 @@ def private_imports(root: Path, package: str) -> list[str]:
     return found
 
 
+def _private_module(module: str, package: str) -> bool:
+    """Whether a part of ``module`` below ``package`` is private (``_x``)."""
+    parts = module.split(".")[1:] if module.startswith(package + ".") else []
+    return any(p.startswith("_") and not p.startswith("__") for p in parts)
+
+
+def private_module_imports(root: Path, package: str) -> list[str]:
+    """``importer: module`` for every private module (``pkg._x``, ``pkg._x.y``)
+    imported from another package, at any depth and type-only imports
+    included: what another package needs is exported by the owner's public
+    ``__init__`` (or lives in a public module)."""
+    modules = _modules(root, package)
+    found = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module] + [
+                    f"{node.module}.{a.name}"
+                    for a in node.names
+                    if f"{node.module}.{a.name}" in modules
+                ]
+            else:
+                continue
+            for target in targets:
+                if _package_of(target) == _package_of(name):
+                    continue
+                if _private_module(target, package):
+                    found.append(f"{name}: {target}")
+    return found
+
+
+def test_no_private_module_is_imported_across_packages() -> None:
+    """``report._human`` and ``cube_ray._pydantic`` were imported by
+    ``commands``, ``pipeline`` and the config packages."""
+    assert private_module_imports(ROOT, "cube_ray") == []
+
+
+def test_a_private_module_imported_across_packages_is_found(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "a").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "_base.py").write_text("class Base: ...\n")
+    (tmp_path / "pkg" / "a" / "__init__.py").write_text("from pkg.a._x import f\n")
+    (tmp_path / "pkg" / "a" / "_x.py").write_text("def f(): ...\n")
+    (tmp_path / "pkg" / "a" / "y.py").write_text("from pkg.a._x import f\n")
+    (tmp_path / "pkg" / "b.py").write_text(
+        "from pkg.a import f\ndef g():\n    from pkg.a._x import f\n    return f\n"
+    )
+    (tmp_path / "pkg" / "c.py").write_text(
+        "from pkg import _base\nimport pkg.a._x\nfrom pkg._base import Base\n"
+    )
+    assert private_module_imports(tmp_path, "pkg") == [
+        "pkg.b: pkg.a._x",
+        "pkg.c: pkg._base",
+        "pkg.c: pkg.a._x",
+        "pkg.c: pkg._base",
+    ]
+
+
 def test_no_private_name_is_imported_across_packages() -> None:
     """A name another package needs is public API of its owner (``plan``'s
     ``engine_label``, ``embedded.is_converted`` were ``_engine_name``/``_DONE``)."""

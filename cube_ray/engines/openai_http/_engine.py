@@ -64,6 +64,7 @@ class OpenAIHttpEngine:
         self, config: OpenAIHttpEngineConfig, *, transport: Any = None
     ) -> None:
         try:
+            # optional: httpx (the http extra), only once a client is built
             import httpx
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise MissingDependencyError(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from cube_ray._pydantic import StrictModel
 from cube_ray.engines.config import PoolConfig
+from cube_ray.pydantic_base import StrictModel
 
 __all__ = ["DEFAULT_K", "SystemConfigBase"]
 

@@ -45,6 +45,7 @@ class BuiltinRagKind(SystemKind):
                 "to write its answers; add a `generator:` section to the config"
             )
             raise ConfigError(msg)
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.builtin_rag import BuiltinRagSystem
 
         return BuiltinRagSystem.from_config(
@@ -58,6 +59,7 @@ class BuiltinRagKind(SystemKind):
 
     def prepare(self, system: Any, *, run_dir: Path) -> Preparation:
         """Its one-off set-up task."""
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.factory import prepare_system
 
         return Preparation(
@@ -66,6 +68,7 @@ class BuiltinRagKind(SystemKind):
 
     def set_up(self, system: Any, *, documents_path: str) -> None:
         """The BM25 (and dense) index of the documents (a no-op when they exist)."""
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.builtin_rag import build_dense, build_index
 
         build_index(system, documents_path=documents_path)

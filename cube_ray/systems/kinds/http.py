@@ -33,6 +33,7 @@ class HttpKind(SystemKind):
         engine_factory: Callable[[EngineConfig], Engine] | None,
     ) -> SystemUnderTest:
         """The live system."""
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.http import HttpSystem
 
         return HttpSystem(system)

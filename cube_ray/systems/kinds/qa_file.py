@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ class QaFileKind(SystemKind):
         engine_factory: Callable[[EngineConfig], Engine] | None,
     ) -> SystemUnderTest:
         """The live system."""
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.qa_file import QaFileSystem
 
         # In a run, the QA file's index sits beside the documents in the run
@@ -73,8 +75,7 @@ class QaFileKind(SystemKind):
 
     def check_rows(self, system: Any) -> None:
         """Every row, as the run's preparation reads them (a temporary index)."""
-        import tempfile
-
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.qa_file import build_qa_index
 
         with tempfile.TemporaryDirectory(prefix="cube-ray-dry-run-") as index:
@@ -82,6 +83,7 @@ class QaFileKind(SystemKind):
 
     def prepare(self, system: Any, *, run_dir: Path) -> Preparation:
         """Its one-off set-up task."""
+        # circle at load: cube_ray/systems/__init__ imports this kind
         from cube_ray.systems.qa_file import build_qa_index
 
         return Preparation(build_qa_index, {"index_dir": str(run_dir / "index")})
