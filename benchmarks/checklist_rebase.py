@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         d: [i.weight for i in stage._checklists[d].items] for d in dims
     }  # the rubric items' weights, as the stage sums them
     args.out_work.mkdir(parents=True, exist_ok=True)
-    out = {**settings, "baseline": "empty_answer", "rebased_from": str(args.work)}
+    out = {**settings, "baseline": "empty_answer"}
     (args.out_work / SETTINGS).write_text(json.dumps(out, ensure_ascii=False, indent=1))
     lines = []
     for q, rec in done.items():
