@@ -190,6 +190,16 @@ def judge_setup(
     return cfg, rubrics, demo.prompts.judge_template(protocol), dims
 
 
+def question_for(doc: Any) -> str:
+    """The benchmark's question for a gold document (its item name).
+
+    >>> from types import SimpleNamespace as S
+    >>> question_for(S(fields={"事项名称": "户口迁移"}))
+    '如何办理户口迁移？需要哪些材料，多久办结？'
+    """
+    return f"如何办理{doc.fields.get('事项名称', '')}？需要哪些材料，多久办结？"
+
+
 def read_done(path: Path) -> dict[str, dict[str, Any]]:
     """Question id -> its checkpoint line; a torn last line (a kill) is dropped."""
     done: dict[str, dict[str, Any]] = {}
@@ -336,10 +346,7 @@ def _run(
 
     t0 = time.perf_counter()
     answers = {g.doc_id: compose_answer(g) for g in gold}
-    question = {
-        g.doc_id: f"如何办理{g.fields.get('事项名称', '')}？需要哪些材料，多久办结？"
-        for g in gold
-    }
+    question = {g.doc_id: question_for(g) for g in gold}
     items = [(g.doc_id, g.doc_id, answers[g.doc_id], g) for g in gold]
     rows = fault_rows(items, donors=gold, kinds=KINDS, seed=args.seed)
     timings["build faults"] = time.perf_counter() - t0
