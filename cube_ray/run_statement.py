@@ -328,6 +328,7 @@ def fit_sample(
         ConfigError: No stage runs on a local CPU engine, so nothing estimates
             the run's time here.
     """
+    # lazy: loads cube_ray.aggregate (scipy, polars), not needed by --help
     from cube_ray.aggregate import verdict_minimum
 
     rows = plan_run(config, limit=limit)
@@ -481,6 +482,7 @@ def run_statement(
             f"load average {load:.1f} on {cpu.cores} cores: other work shares this "
             "CPU, so expect longer"
         )
+    # lazy: loads cube_ray.aggregate (scipy, polars), not needed by --help
     from cube_ray.aggregate import verdict_minimum
 
     fewest = verdict_minimum(config.aggregate.alpha)

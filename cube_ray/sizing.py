@@ -24,7 +24,7 @@ import polars as pl
 
 from cube_ray import schema
 from cube_ray.config import RunConfig
-from cube_ray.engines.config import PriceConfig, engine_price
+from cube_ray.engines.config import engine_price
 from cube_ray.engines.identity import engine_id
 from cube_ray.errors import InputError
 from cube_ray.manifest import MANIFEST, Manifest

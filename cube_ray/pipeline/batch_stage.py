@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from cube_ray.engines.openai_http._batch import BATCHES_DIR, BatchLedger
+from cube_ray.engines.openai_http import BATCHES_DIR, BatchLedger
 from cube_ray.engines.registry import build_engine
-from cube_ray.stages._base import NODE_ID
+from cube_ray.stages import NODE_ID
 
 if TYPE_CHECKING:
     from ray.data import Dataset
@@ -76,6 +76,7 @@ def run_on_driver(
         The output rows as a dataset, and the ledger to settle once they are
         written.
     """
+    # heavy: ray, imported only where this code uses it
     import ray
     import ray.data
 

@@ -37,7 +37,7 @@ from cube_ray import schema
 from cube_ray.config import RunConfig
 from cube_ray.console import console, quiet_console
 from cube_ray.corpus import with_prompt_language
-from cube_ray.engines.openai_http._batch import open_batches
+from cube_ray.engines.openai_http import open_batches
 from cube_ray.env import prompt_key
 from cube_ray.errors import ResourceWaitError
 from cube_ray.files import check_run_dir_links

@@ -184,15 +184,23 @@ def left_out(run: RunData, system: str) -> list[tuple[str, Reason | None, str]]:
     return out
 
 
-def short_reason(reason: Reason | None, why: str) -> str:
+def short_reason(reason: Reason | None, why: str, *, missed: Sequence[str] = ()) -> str:
     """The console's one-line form of why a judge was left out.
+
+    ``missed``: the ``<kind> on <figure>`` of the judge's "misses faults"
+    flags, named after a certificate's refusal.
 
     >>> r = Reason(code="bounds_not_separated", text="bounds not separated: x",
     ...            gap=-0.14, p_value=0.999)
     >>> short_reason(r, r.text)
     'bounds not separated (gap -0.14 points, p = 0.999)'
+    >>> r = Reason(code="misses_faults", text="misses faults: x")
+    >>> short_reason(r, r.text, missed=["negation on relevance"])
+    'misses faults (negation on relevance)'
     """
     short = why.split(":", 1)[0]
+    if reason is not None and reason.code == UNQUALIFIED_JUDGE and missed:
+        short += f" ({', '.join(missed)})"
     if (
         reason is not None
         and reason.code == BOUNDS_NOT_SEPARATED

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cube_ray.aggregate import WEIGHTED, WithoutOwnModel, incomplete_reasons
+from cube_ray.aggregate import (
+    MISSES_FAULTS,
+    WEIGHTED,
+    WithoutOwnModel,
+    incomplete_reasons,
+)
 from cube_ray.report import _plots
 from cube_ray.report._calibrated import calibrated_lines
 from cube_ray.report._data import CUBE, RunData, num
@@ -105,7 +110,10 @@ def console_lines(run: RunData) -> list[str]:
         # Failed answers leave every judge out for the same reason, said above.
         failed = system in incomplete_reasons(run.summary)
         for judge, reason, why in [] if failed else left_out(run, system):
-            lines.append(f"  left out: {judge}: {short_reason(reason, why)}")
+            missed = missed_faults(run, judge)
+            lines.append(
+                f"  left out: {judge}: {short_reason(reason, why, missed=missed)}"
+            )
     deterministic = deterministic_jury_line(run)  # CUBE_METHOD.md section 12
     if deterministic is not None:
         lines.append(deterministic)
@@ -405,3 +413,13 @@ def _sample_text(run: RunData) -> str | None:
     """The sample in words ("60 of 2,262 documents, …"); None without one."""
     block = run.summary.sample
     return describe_sample(block.model_dump(mode="json") if block else None)
+
+
+def missed_faults(run: RunData, judge: str) -> list[str]:
+    """``<kind> on <figure>`` of each "misses faults" flag of a judge, in order."""
+    prefix = f"{MISSES_FAULTS}: "
+    return [
+        f.flag.removeprefix(prefix)
+        for f in run.summary.flags
+        if f.judge == judge and f.flag.startswith(prefix)
+    ]

@@ -40,8 +40,16 @@ per batch, bounded concurrency), ``_reply`` (reading a body), ``_scores``
 (argmax and expected scores), ``_usage`` (counters).
 """
 
+from cube_ray.engines.openai_http._batch import BATCHES_DIR, BatchLedger, open_batches
 from cube_ray.engines.openai_http._engine import OpenAIHttpEngine
 from cube_ray.engines.openai_http._request import REMINDER
 from cube_ray.engines.openai_http._usage import Usage
 
-__all__ = ["REMINDER", "OpenAIHttpEngine", "Usage"]
+__all__ = [
+    "BATCHES_DIR",
+    "REMINDER",
+    "BatchLedger",
+    "OpenAIHttpEngine",
+    "Usage",
+    "open_batches",
+]
