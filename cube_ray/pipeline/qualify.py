@@ -28,7 +28,6 @@ from cube_ray.pipeline.method import (
 )
 from cube_ray.pipeline.parts import part_files
 from cube_ray.qualification import FAULTED, KIND, control_kind, seeded_sample
-from cube_ray.sample import sampled_ids
 from cube_ray.stages import DOC_HASH
 from cube_ray.stages.qualify import FAULT_SOURCE, QUALIFICATION_SOURCE, SAMPLED
 
@@ -83,6 +82,9 @@ def qualification_sample(run_dir: Path, config: RunConfig) -> pa.Table:
     else:
         doc_ids = _read(run_dir, DOCUMENTS, [schema.DOC_ID]).column(schema.DOC_ID)
         pairs = [(d, d) for d in doc_ids.to_pylist()]
+    # lazy: cube_ray.sample loads polars, not in the Ray stage workers
+    from cube_ray.sample import sampled_ids
+
     sampled = sampled_ids(run_dir) if config.sample is not None else None
     if sampled is not None:  # only the sampled documents have answers (section 11)
         keep = set(sampled.get_column("doc_id").to_list())
