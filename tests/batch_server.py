@@ -34,8 +34,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.local_http import serving
 
 __all__ = ["BatchState", "answer", "prompt_of", "serve"]
 
@@ -302,12 +304,5 @@ def serve(
     state = state or BatchState()
     if not held:
         state.hold.set()
-    handler = type("Handler", (_Handler,), {"state": state})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(type("Handler", (_Handler,), {"state": state})) as url:
+        yield url, state

@@ -22,9 +22,7 @@ certificate:
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from cube_ray.cli import main
 from cube_ray.report._format import CAUGHT_WORDS
 from tests.conftest import TINY_ENGINE_ENV
 from tests.e2e.test_judges_check import RECORDS, _extractive, _Handler
+from tests.local_http import serving
 
 pytestmark = [
     pytest.mark.ray,
@@ -71,15 +70,8 @@ class _GeneratorHandler(_Handler):
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    handler = type("Handler", (_GeneratorHandler,), {"requests": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(type("Handler", (_GeneratorHandler,), {"requests": []})) as url:
+        yield url
 
 
 def _config(tmp_path: Path, base_url: str, model: Path) -> Path:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import unicodedata
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -36,6 +34,7 @@ from tests.e2e.test_judges_check import (
     _extractive,
     _Handler,
 )
+from tests.local_http import serving
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -90,15 +89,8 @@ class _FaultHandler(_Handler):
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    handler = type("Handler", (_FaultHandler,), {"requests": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(type("Handler", (_FaultHandler,), {"requests": []})) as url:
+        yield url
 
 
 def test_faults_table_per_judge_and_exit_1_on_a_missed_kind(

@@ -23,10 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import unicodedata
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,6 +43,7 @@ from tests.e2e.test_judges_check import (
     _extractive,
     _Handler,
 )
+from tests.local_http import serving
 from tests.pipeline_helpers import make_qa_file
 
 pytestmark = [
@@ -129,15 +128,8 @@ class _JuryHandler(_Handler):
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    handler = type("Handler", (_JuryHandler,), {"requests": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(type("Handler", (_JuryHandler,), {"requests": []})) as url:
+        yield url
 
 
 def _read(table_dir: Path) -> list[dict[str, object]]:
